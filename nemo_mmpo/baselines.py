@@ -104,28 +104,28 @@ def pkpo(groups: RewardGroups, objective: MomentObjective, k: int = 3) -> torch.
 def maxrl(
     groups: RewardGroups,
     objective: MomentObjective,
-    truncation_order: int | None = None,
+    maclaurin_order: int | None = None,
     epsilon: float = 1e-6,
 ) -> torch.Tensor:
     """MaxRL (Tajwar et al. 2026, arXiv 2602.02710).
 
-    ``truncation_order=None`` (the authors' default): ``A = (r - s_hat)/(s_hat + epsilon)``,
-    i.e. ``r n/c - 1``, 0 when ``c = 0``. With ``truncation_order = T`` the order-T Maclaurin
+    ``maclaurin_order=None`` (the authors' default): ``A = (r - s_hat)/(s_hat + epsilon)``,
+    i.e. ``r n/c - 1``, 0 when ``c = 0``. With ``maclaurin_order = T`` the order-T Maclaurin
     estimator of ``sum_{k<=T} grad pass@k / k``: success weight 1, failure weight
     ``-sum_{m=1..T-1} C(F-1, m)/C(n-1, m)`` (``F`` failures), i.e. the authors' weights scaled by
     ``n`` so that T = 1 is REINFORCE on the raw reward.
     """
-    if truncation_order is None:
+    if maclaurin_order is None:
         success_rate = groups.gather(groups.success_rate)
         return (groups.rewards - success_rate) / (success_rate + epsilon)
-    if isinstance(truncation_order, bool) or not isinstance(truncation_order, int):
+    if isinstance(maclaurin_order, bool) or not isinstance(maclaurin_order, int):
         raise MMPOInputError(
-            f"maxrl truncation_order must be an integer >= 1 or None; got {truncation_order!r}"
+            f"maxrl maclaurin_order must be an integer >= 1 or None; got {maclaurin_order!r}"
         )
-    if truncation_order < 1:
-        raise MMPOInputError(f"maxrl truncation_order must be >= 1; got {truncation_order}")
+    if maclaurin_order < 1:
+        raise MMPOInputError(f"maxrl maclaurin_order must be >= 1; got {maclaurin_order}")
     size = groups.gather(groups.group_size)
     other_failures = (groups.gather(groups.failure_count) - 1.0).clamp(min=0.0)
-    ratios = failure_subset_probabilities(other_failures, size - 1.0, truncation_order - 1)
+    ratios = failure_subset_probabilities(other_failures, size - 1.0, maclaurin_order - 1)
     failure_weight = -ratios[:, 1:].sum(dim=-1)
     return torch.where(groups.rewards > 0, torch.ones_like(failure_weight), failure_weight)
