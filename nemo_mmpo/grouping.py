@@ -14,8 +14,19 @@ import torch
 from nemo_mmpo.errors import MMPOInputError
 
 
+def _row_hash_multipliers(length: int, device: torch.device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0x5EED)
+    multipliers = torch.randint(1, 2**62, (length,), generator=generator, dtype=torch.int64)
+    return (multipliers | 1).to(device)
+
+
 def group_ids_from_prompt_rows(prompt_ids: torch.Tensor) -> torch.Tensor:
     """Group index per rollout from its prompt tokens.
+
+    Rows are hashed to one int64 each (wrapping arithmetic), grouped by the hash, and every row
+    is then compared with its group's first row; only if a hash collision merged different
+    rows does it fall back to the exact but slower ``torch.unique(dim=0)``. The result is
+    always exact.
 
     Args:
         prompt_ids: ``[batch, prompt_len]`` padded prompt token rows (NeMo-RL groups rollouts
@@ -31,7 +42,16 @@ def group_ids_from_prompt_rows(prompt_ids: torch.Tensor) -> torch.Tensor:
             "prompt_ids must be [batch, prompt_len] or [batch]; "
             f"got shape {tuple(prompt_ids.shape)}"
         )
-    return torch.unique(prompt_ids, dim=0, return_inverse=True)[1]
+    rows = prompt_ids.long()
+    hashes = (rows * _row_hash_multipliers(rows.shape[1], rows.device)).sum(dim=1)
+    _, group_index = torch.unique(hashes, return_inverse=True)
+    positions = torch.arange(rows.shape[0], device=rows.device)
+    first_row = torch.full_like(positions, rows.shape[0]).scatter_reduce(
+        0, group_index, positions, reduce="amin"
+    )
+    if bool((rows == rows[first_row[group_index]]).all()):
+        return group_index
+    return torch.unique(rows, dim=0, return_inverse=True)[1]
 
 
 def _first_index(mask: torch.Tensor) -> int:

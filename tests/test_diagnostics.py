@@ -59,3 +59,27 @@ def test_group_ids_from_prompt_rows_group_equal_rows():
     ids = group_ids_from_prompt_rows(rows)
     assert ids[0] == ids[2] and ids[1] == ids[3]
     assert len({int(ids[0]), int(ids[1]), int(ids[4])}) == 3
+
+
+def test_group_ids_from_prompt_rows_survive_hash_collisions(monkeypatch):
+    """Force every row to the same hash: the exact fallback must still separate them."""
+    import nemo_mmpo.grouping as grouping
+
+    monkeypatch.setattr(
+        grouping,
+        "_row_hash_multipliers",
+        lambda length, device: torch.zeros(length, dtype=torch.int64, device=device),
+    )
+    rows = torch.tensor([[5, 6], [1, 2], [5, 6], [1, 2], [5, 7]])
+    ids = group_ids_from_prompt_rows(rows)
+    assert ids[0] == ids[2] and ids[1] == ids[3]
+    assert len({int(ids[0]), int(ids[1]), int(ids[4])}) == 3
+
+
+def test_group_ids_from_prompt_rows_match_torch_unique_on_random_batches():
+    generator = torch.Generator().manual_seed(2)
+    prompts = torch.randint(0, 5, (300, 3), generator=generator)  # many exact duplicates
+    ids = group_ids_from_prompt_rows(prompts)
+    expected = torch.unique(prompts, dim=0, return_inverse=True)[1]
+    # same partition: i ~ j in ours iff i ~ j in torch.unique
+    assert torch.equal(ids[:, None] == ids[None, :], expected[:, None] == expected[None, :])
