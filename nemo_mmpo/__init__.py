@@ -7,6 +7,7 @@ Public API (stable names)::
 
 from nemo_mmpo import baselines as _baselines  # noqa: F401  (registers the baseline estimators)
 from nemo_mmpo.diagnostics import moment_diagnostics
+from nemo_mmpo.dmpo import distribution_matching_penalty
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import (
     available_estimators,
@@ -26,6 +27,7 @@ __all__ = [
     "RewardGroups",
     "available_estimators",
     "compute_advantages",
+    "distribution_matching_penalty",
     "get_estimator",
     "group_ids_from_prompt_rows",
     "mmpo_advantages",
