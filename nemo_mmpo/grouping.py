@@ -73,7 +73,7 @@ def binary_rewards(
     if bool(bad.any()):
         index = _first_index(bad)
         raise MMPOInputError(
-            f"reward at index {index} is {rewards[index].item()}; rewards must be finite. "
+            f"reward at index {index} is {rewards[index].item():.6g}; rewards must be finite. "
             "Check the verifier/environment, or mark that rollout invalid with valid_mask"
         )
     if reward_threshold is not None:
@@ -83,7 +83,7 @@ def binary_rewards(
         if bool(not_binary.any()):
             index = _first_index(not_binary)
             raise MMPOInputError(
-                f"reward at index {index} is {rewards[index].item()!r}, but moment estimators "
+                f"reward at index {index} is {rewards[index].item():.6g}, but moment estimators "
                 "need binary 0/1 verifier rewards. Pass reward_threshold=<t> to count "
                 "reward >= t as success, or turn off reward scaling/shaping upstream"
             )

@@ -1,0 +1,156 @@
+"""The NeMo-RL estimator adapter on CPU, without NeMo-RL: config forms, shapes, masks, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from nemo_mmpo import (
+    MMPOInputError,
+    compute_advantages,
+    group_ids_from_prompt_rows,
+    moment_objective,
+)
+from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, read_estimator_settings
+
+
+class PydanticEstimatorConfig(BaseModel):
+    """Stands in for NeMo-RL main's ``AdvEstimatorConfig`` (a model with extra fields)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = "grpo"
+    normalize_rewards: bool = True
+    use_leave_one_out_baseline: bool = True
+
+
+def batch(num_prompts=4, group_size=8, seq_len=5, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(0, 100, (num_prompts, 6), generator=generator)
+    prompt_ids = prompts.repeat_interleave(group_size, dim=0)
+    permutation = torch.randperm(prompt_ids.shape[0], generator=generator)
+    rewards = (torch.rand(prompt_ids.shape[0], generator=generator) < 0.4).float()
+    mask = torch.ones(prompt_ids.shape[0], seq_len)
+    mask[:, -1] = 0
+    return prompt_ids[permutation], rewards, mask
+
+
+@pytest.mark.parametrize("as_model", [False, True])
+@pytest.mark.parametrize(
+    ("config", "estimator", "options", "objective"),
+    [
+        (
+            {"name": "mmpo", "truncation_order": 4, "estimator": "plugin"},
+            "plugin",
+            {},
+            moment_objective("mmpo", 4),
+        ),
+        (
+            {"name": "mmpo", "truncation_order": 3, "estimator": "unbiased"},
+            "unbiased",
+            {},
+            moment_objective("mmpo", 3),
+        ),
+        (
+            {
+                "name": "mmpo",
+                "truncation_order": 4,
+                "estimator": "unbiased",
+                "moment_transform": "beta",
+                "transform_alpha": 0.5,
+                "transform_beta": 1.0,
+            },
+            "unbiased",
+            {},
+            moment_objective("mmpo", 4, transform="beta", alpha=0.5, beta=1.0),
+        ),
+        ({"name": "passk_chen", "k": 3}, "passk_chen", {"k": 3}, None),
+        ({"name": "pkpo", "k": 2}, "pkpo", {"k": 2}, None),
+        ({"name": "maxrl"}, "maxrl", {"maclaurin_order": None}, None),
+        ({"name": "maxrl", "maclaurin_order": 4}, "maxrl", {"maclaurin_order": 4}, None),
+    ],
+)
+def test_adapter_gives_the_core_library_values(config, estimator, options, objective, as_model):
+    estimator_config = PydanticEstimatorConfig(**config) if as_model else config
+    adapter = MMPOAdvantageEstimator(estimator_config, loss_config=None)
+    prompt_ids, rewards, mask = batch()
+    advantages = adapter.compute_advantage(prompt_ids=prompt_ids, rewards=rewards, mask=mask)
+    assert advantages.shape == mask.shape
+    expected = compute_advantages(
+        rewards, group_ids_from_prompt_rows(prompt_ids), objective, estimator, **options
+    )
+    assert torch.equal(advantages[:, 0], expected)
+    assert torch.equal(advantages, expected[:, None].expand(mask.shape))
+
+
+def test_valid_mask_excludes_rows_from_group_statistics():
+    adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 2})
+    prompt_ids, rewards, mask = batch()
+    valid = torch.ones_like(rewards)
+    valid[::3] = 0
+    advantages = adapter.compute_advantage(prompt_ids, rewards, mask, valid_mask=valid)
+    kept = valid.bool()
+    expected = compute_advantages(
+        rewards[kept], group_ids_from_prompt_rows(prompt_ids[kept]), moment_objective("mmpo", 2)
+    )
+    assert torch.equal(advantages[kept, 0], expected)
+    assert torch.count_nonzero(advantages[~kept]) == 0
+
+
+def test_metrics_are_prefixed_and_describe_the_batch():
+    adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 4})
+    prompt_ids, rewards, mask = batch()
+    adapter.compute_advantage(prompt_ids, rewards, mask)
+    metrics = adapter.last_metrics
+    assert all(key.startswith("mmpo/") for key in metrics)
+    for key in (
+        "failure_moment_4",
+        "truncated_first_success_time",
+        "weight_max",
+        "no_signal_fraction",
+        "advantage_abs_max",
+    ):
+        assert f"mmpo/{key}" in metrics
+    assert metrics["mmpo/num_groups"] == 4
+    assert metrics["mmpo/success_rate"] == pytest.approx(float(rewards.mean()))
+
+
+def test_non_binary_rewards_name_the_nemo_rl_settings():
+    adapter = MMPOAdvantageEstimator({"name": "mmpo"})
+    prompt_ids, rewards, mask = batch()
+    rewards[3] = 0.7
+    with pytest.raises(MMPOInputError) as error:
+        adapter.compute_advantage(prompt_ids, rewards, mask)
+    message = str(error.value)
+    for fragment in ("0.7", "grpo.reward_scaling.enabled=false", "reward_threshold"):
+        assert fragment in message
+    thresholded = MMPOAdvantageEstimator({"name": "mmpo", "reward_threshold": 0.5})
+    thresholded.compute_advantage(prompt_ids, rewards, mask)
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"name": "grpo"}, "grpo.adv_estimator.name='grpo'"),
+        ({"name": "mmpo", "estimator": "exact"}, "grpo.adv_estimator.estimator='exact'"),
+        ({"name": "mmpo", "truncation_order": 0}, "grpo.adv_estimator.truncation_order=0"),
+        ({"name": "mmpo", "moment_transform": "gamma"}, "moment_transform='gamma'"),
+        ({"name": "mmpo", "moment_transform": "constant"}, "constant=None"),
+        ({"name": "mmpo", "moment_transform": "beta", "transform_alpha": 1.0}, "beta=None"),
+        ({"name": "pkpo", "k": "3"}, "grpo.adv_estimator.k='3'"),
+        ({"name": "maxrl", "maclaurin_order": 2.5}, "maclaurin_order=2.5"),
+    ],
+)
+def test_bad_config_is_named(config, fragment):
+    with pytest.raises(MMPOInputError) as error:
+        read_estimator_settings(config)
+    assert fragment in str(error.value)
+
+
+def test_unbiased_order_above_group_size_is_reported_with_the_group_size():
+    adapter = MMPOAdvantageEstimator(
+        {"name": "mmpo", "truncation_order": 9, "estimator": "unbiased"}
+    )
+    prompt_ids, rewards, mask = batch()
+    with pytest.raises(MMPOInputError, match="only 8 valid"):
+        adapter.compute_advantage(prompt_ids, rewards, mask)
