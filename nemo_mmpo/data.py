@@ -1,0 +1,241 @@
+"""Math benchmarks as data: loaders that normalise every upload to one schema.
+
+Schema of a record: ``{"id", "problem", "answer", "source"}`` (plus ``level``/``subject``
+when the upload has them). Hugging Face ids and revisions are pinned in :data:`BENCHMARKS`;
+any benchmark can also be read from a local JSONL or Parquet file with the same fields (or
+the upload's own field names, which are normalised the same way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemo_mmpo.errors import MMPOInputError
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Where a benchmark lives on the hub and how its fields are named there."""
+
+    name: str
+    hub_id: str
+    splits: tuple[tuple[str | None, str], ...]  # (config, split) pairs, concatenated
+    problem_field: str
+    answer_field: str | None  # None: take the last \\boxed{} of ``solution_field``
+    solution_field: str | None = None
+    integer_answers: bool = False
+    expected_size: int | None = None
+    revision: str = "main"
+
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {
+    spec.name: spec
+    for spec in (
+        BenchmarkSpec(
+            "math_train",
+            "DigitalLearningGmbH/MATH-lighteval",
+            (("default", "train"),),
+            "problem",
+            None,
+            "solution",
+            expected_size=7500,
+        ),
+        BenchmarkSpec(
+            "math500",
+            "HuggingFaceH4/MATH-500",
+            ((None, "test"),),
+            "problem",
+            "answer",
+            expected_size=500,
+        ),
+        BenchmarkSpec(
+            "olymmath",
+            "RUC-AIBOX/OlymMATH",
+            (("en-easy", "test"), ("en-hard", "test")),
+            "problem",
+            "answer",
+            expected_size=200,
+        ),
+        BenchmarkSpec(
+            "amc23",
+            "math-ai/amc23",
+            ((None, "test"),),
+            "question",
+            "answer",
+            integer_answers=True,
+            expected_size=40,
+        ),
+        BenchmarkSpec(
+            "aime24",
+            "HuggingFaceH4/aime_2024",
+            ((None, "train"),),
+            "problem",
+            "answer",
+            integer_answers=True,
+            expected_size=30,
+        ),
+        BenchmarkSpec(
+            "aime25",
+            "opencompass/AIME2025",
+            (("AIME2025-I", "test"), ("AIME2025-II", "test")),
+            "question",
+            "answer",
+            integer_answers=True,
+            expected_size=30,
+        ),
+    )
+}
+VALIDATION_BENCHMARKS = ("math500", "olymmath", "amc23", "aime24", "aime25")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced."""
+    starts = [match.end() for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+    if not starts:
+        return None
+    start = starts[-1]
+    depth = 1
+    for position in range(start, len(text)):
+        if text[position] == "{":
+            depth += 1
+        elif text[position] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:position].strip()
+    return None
+
+
+def normalise_answer(answer: Any, integer_answer: bool = False) -> str:
+    """One canonical string per answer.
+
+    Strips surrounding ``$`` and whitespace; a float that is an integer (``27.0``) becomes
+    ``27``; for integer-answer benchmarks (AIME/AMC) leading zeros go (``025`` -> ``25``).
+    """
+    if isinstance(answer, bool) or answer is None:
+        raise MMPOInputError(f"answer {answer!r} is not a number or string; fix the data file")
+    if isinstance(answer, (int, float)):
+        if isinstance(answer, float) and answer.is_integer():
+            return str(int(answer))
+        return repr(answer) if isinstance(answer, float) else str(answer)
+    text = str(answer).strip()
+    while len(text) >= 2 and text.startswith("$") and text.endswith("$"):
+        text = text[1:-1].strip()
+    if re.fullmatch(r"[+-]?\d+\.0+", text):
+        text = text.split(".")[0]
+    if integer_answer and re.fullmatch(r"[+-]?\d+", text):
+        text = str(int(text))
+    return text
+
+
+def normalise_record(raw: dict[str, Any], spec: BenchmarkSpec, index: int) -> dict[str, Any]:
+    """A raw upload row -> ``{"id", "problem", "answer", "source", ...}``."""
+    problem = raw.get(spec.problem_field, raw.get("problem", raw.get("question")))
+    if not isinstance(problem, str) or not problem.strip():
+        raise MMPOInputError(
+            f"{spec.name} row {index} has no problem text in field {spec.problem_field!r}; "
+            f"fields present: {sorted(raw)}"
+        )
+    if spec.answer_field is not None and raw.get(spec.answer_field) is not None:
+        answer = normalise_answer(raw[spec.answer_field], spec.integer_answers)
+    elif raw.get("answer") is not None:
+        answer = normalise_answer(raw["answer"], spec.integer_answers)
+    else:
+        solution = raw.get(spec.solution_field or "solution", "")
+        boxed = last_boxed(solution or "")
+        if boxed is None:
+            raise MMPOInputError(
+                f"{spec.name} row {index} has no answer field and no \\boxed{{}} in its solution"
+            )
+        answer = normalise_answer(boxed, spec.integer_answers)
+    record = {
+        "id": str(raw.get("unique_id", raw.get("id", f"{spec.name}-{index}"))),
+        "problem": problem.strip(),
+        "answer": answer,
+        "source": spec.name,
+    }
+    for key in ("level", "subject", "type"):
+        if key in raw and raw[key] is not None:
+            record[key] = raw[key]
+    return record
+
+
+def read_local(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a local ``.jsonl`` / ``.json`` / ``.parquet`` file."""
+    path = Path(path)
+    if not path.exists():
+        raise MMPOInputError(f"data file {str(path)!r} does not exist")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as parquet
+
+        return parquet.read_table(path).to_pylist()
+    if path.suffix == ".json":
+        rows = json.loads(path.read_text())
+        return rows if isinstance(rows, list) else rows["data"]
+    with path.open() as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _hub_rows(spec: BenchmarkSpec) -> Iterator[dict[str, Any]]:
+    from datasets import load_dataset
+
+    for config, split in spec.splits:
+        yield from load_dataset(spec.hub_id, config, split=split, revision=spec.revision)
+
+
+def load_benchmark(name: str, path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Normalised records of benchmark ``name`` from ``path`` or, without one, the hub."""
+    if name not in BENCHMARKS:
+        raise MMPOInputError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    spec = BENCHMARKS[name]
+    rows: Iterable[dict[str, Any]] = read_local(path) if path is not None else _hub_rows(spec)
+    return [normalise_record(dict(row), spec, index) for index, row in enumerate(rows)]
+
+
+def write_jsonl_atomic(records: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """Write records as JSONL through a temporary file and a rename; returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def prepare_training_data(
+    out_dir: str | Path, local_paths: dict[str, str | Path] | None = None
+) -> dict[str, Path]:
+    """Write ``math_train.jsonl`` and ``math_validation.jsonl`` (the paper's five benchmarks).
+
+    Args:
+        out_dir: folder for the two files.
+        local_paths: optional ``{benchmark name: local file}`` used instead of the hub.
+    """
+    local_paths = local_paths or {}
+    out_dir = Path(out_dir)
+    train = load_benchmark("math_train", local_paths.get("math_train"))
+    validation = [
+        record
+        for name in VALIDATION_BENCHMARKS
+        for record in load_benchmark(name, local_paths.get(name))
+    ]
+    paths = {"train": out_dir / "math_train.jsonl", "validation": out_dir / "math_validation.jsonl"}
+    write_jsonl_atomic(train, paths["train"])
+    write_jsonl_atomic(validation, paths["validation"])
+    return paths

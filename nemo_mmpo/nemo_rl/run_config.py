@@ -1,0 +1,341 @@
+"""Load, override, validate and explain a training config, with or without NeMo-RL.
+
+Our recipes inherit NeMo-RL's configs with ``defaults: nemo_rl/<file>.yaml``, a path relative
+to ``examples/configs`` where :func:`link_nemo_rl_configs` keeps a symbolic link
+``nemo_rl -> <NeMo-RL checkout>/examples/configs``. NeMo-RL's own loader then resolves
+them unchanged. Without NeMo-RL (``--dry-run`` on a laptop or in CI) :func:`load_run_config`
+resolves ``defaults`` itself, skips a base it cannot find, and says so in the plan.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl.estimator import ESTIMATOR_NAMES, read_estimator_settings
+
+CONTAINER_NEMO_RL = Path("/opt/nemo-rl")
+LINK_NAME = "nemo_rl"
+
+
+def find_nemo_rl_root() -> Path | None:
+    """NeMo-RL checkout: ``$NEMO_RL_PATH``, the imported ``nemo_rl``, or the container's."""
+    candidates = []
+    if os.environ.get("NEMO_RL_PATH"):
+        candidates.append(Path(os.environ["NEMO_RL_PATH"]))
+    try:
+        import nemo_rl
+
+        candidates.append(Path(nemo_rl.__file__).resolve().parent.parent)
+    except ImportError:
+        pass
+    candidates.append(CONTAINER_NEMO_RL)
+    for candidate in candidates:
+        if (candidate / "examples" / "configs").is_dir():
+            return candidate.resolve()
+    return None
+
+
+def link_nemo_rl_configs(configs_dir: Path, nemo_rl_root: Path) -> Path:
+    """Point ``configs_dir/nemo_rl`` at ``nemo_rl_root/examples/configs`` (idempotent)."""
+    link = configs_dir / LINK_NAME
+    target = (nemo_rl_root / "examples" / "configs").resolve()
+    if link.is_symlink() and link.resolve() == target:
+        return link
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        raise MMPOInputError(
+            f"{link} exists and is not a link; remove it so nemo-mmpo can link NeMo-RL's configs"
+        )
+    link.symlink_to(target, target_is_directory=True)
+    return link
+
+
+@dataclass
+class LoadedConfig:
+    """A resolved config plus what the loader could not resolve."""
+
+    config: dict[str, Any]
+    unresolved_bases: list[str] = field(default_factory=list)
+    loader: str = "nemo-mmpo"
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and value.get("_override_"):
+            merged[key] = {k: v for k, v in value.items() if k != "_override_"}
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _load_with_defaults(path: Path, unresolved: list[str]) -> dict[str, Any]:
+    config = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(config, dict):
+        raise MMPOInputError(f"config {path} must be a mapping at the top level")
+    defaults = config.pop("defaults", None)
+    if defaults is None:
+        return config
+    base: dict[str, Any] = {}
+    for default in [defaults] if isinstance(defaults, str) else list(defaults):
+        parent = Path(default) if str(default).startswith("/") else path.parent / str(default)
+        if not parent.exists():
+            unresolved.append(str(parent))
+            continue
+        base = _merge(base, _load_with_defaults(parent, unresolved))
+    return _merge(base, config)
+
+
+def _parse_value(text: str) -> Any:
+    return yaml.safe_load(text) if text != "" else ""
+
+
+def apply_overrides(config: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Hydra-style ``a.b=value`` (key must exist), ``+a.b=value`` (add), ``~a.b`` (delete)."""
+    for override in overrides:
+        adding = override.startswith("+")
+        deleting = override.startswith("~")
+        body = override[1:] if adding or deleting else override
+        key, separator, value = body.partition("=")
+        if not key or (not separator and not deleting):
+            raise MMPOInputError(f"override {override!r} is not of the form key.path=value")
+        parts = key.split(".")
+        node = config
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node.get(part), dict):
+                if not adding:
+                    raise MMPOInputError(
+                        f"override {override!r}: {'.'.join(parts[: depth + 1])} is not in the "
+                        f"config; use +{body} to add a new key"
+                    )
+                node[part] = {}
+            node = node[part]
+        leaf = parts[-1]
+        if deleting:
+            node.pop(leaf, None)
+        elif leaf not in node and not adding:
+            raise MMPOInputError(
+                f"override {override!r}: {key} is not in the config; use +{body} to add it"
+            )
+        else:
+            node[leaf] = _parse_value(value)
+    return config
+
+
+def _register_resolvers() -> None:
+    """The arithmetic resolvers NeMo-RL's configs use (``${mul:a,b}``, ``${max:a,b}``)."""
+    from omegaconf import OmegaConf
+
+    with warnings.catch_warnings():  # omegaconf 2.4 deprecates the 2.3 API NeMo-RL uses
+        warnings.simplefilter("ignore")
+        for name, function in (
+            ("mul", lambda a, b: a * b),
+            ("div", lambda a, b: a / b),
+            ("max", lambda a, b: max(a, b)),
+        ):
+            if not OmegaConf.has_resolver(name):
+                OmegaConf.register_new_resolver(name, function)
+
+
+def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        return config
+    _register_resolvers()
+    try:
+        return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
+    except Exception:  # unresolvable references to a missing base: keep them as text
+        return config
+
+
+def load_run_config(
+    path: str | Path, overrides: Sequence[str] = (), use_nemo_rl: bool | None = None
+) -> LoadedConfig:
+    """Load ``path`` with its ``defaults`` chain and apply ``overrides``.
+
+    Uses NeMo-RL's ``load_config``/``parse_hydra_overrides`` when NeMo-RL is importable
+    (``use_nemo_rl`` None) or asked for, our own equivalent otherwise.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise MMPOInputError(f"config file {str(path)!r} does not exist")
+    if use_nemo_rl is not False:
+        try:
+            from nemo_rl.utils import config as nemo_rl_config
+            from omegaconf import OmegaConf
+        except ImportError:
+            if use_nemo_rl:
+                raise
+        else:
+            register = getattr(nemo_rl_config, "register_omegaconf_resolvers", None)
+            if register is not None:
+                register()
+            else:
+                _register_resolvers()
+            config = nemo_rl_config.load_config(str(path))
+            if overrides:
+                config = nemo_rl_config.parse_hydra_overrides(config, list(overrides))
+            resolved = OmegaConf.to_container(config, resolve=True)
+            return LoadedConfig(resolved, [], loader="nemo_rl.utils.config")
+    unresolved: list[str] = []
+    config = _load_with_defaults(path, unresolved)
+    config = apply_overrides(config, overrides)
+    return LoadedConfig(_resolve_interpolations(config), unresolved)
+
+
+def _get(config: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def validate_run_config(config: dict[str, Any]) -> list[str]:
+    """Check the settings MMPO depends on; returns warnings, raises on errors."""
+    warnings: list[str] = []
+    estimator_config = _get(config, "grpo.adv_estimator", {}) or {}
+    name = estimator_config.get("name")
+    prompts = _get(config, "grpo.num_prompts_per_step")
+    group_size = _get(config, "grpo.num_generations_per_prompt")
+    for key, value in (
+        ("num_prompts_per_step", prompts),
+        ("num_generations_per_prompt", group_size),
+    ):
+        if not isinstance(value, int) or value < 1:
+            raise MMPOInputError(f"grpo.{key}={value!r}: give an integer >= 1")
+    if name in ESTIMATOR_NAMES:
+        settings = read_estimator_settings(estimator_config)
+        if settings.name == "mmpo" and settings.estimator == "unbiased":
+            if settings.truncation_order > group_size:
+                raise MMPOInputError(
+                    f"grpo.adv_estimator.truncation_order={settings.truncation_order} exceeds "
+                    f"grpo.num_generations_per_prompt={group_size}: the unbiased estimator needs "
+                    "T <= G. Lower the order, raise G, or use estimator=plugin"
+                )
+        if settings.name in ("passk_chen", "pkpo") and settings.k > group_size:
+            raise MMPOInputError(
+                f"grpo.adv_estimator.k={settings.k} exceeds grpo.num_generations_per_prompt="
+                f"{group_size}; pass@k needs k <= G"
+            )
+        scaling = bool(_get(config, "grpo.reward_scaling.enabled", False))
+        shaping = bool(_get(config, "grpo.reward_shaping.enabled", False))
+        if (scaling or shaping) and settings.reward_threshold is None:
+            raise MMPOInputError(
+                "grpo.reward_scaling.enabled or grpo.reward_shaping.enabled is true, so rewards "
+                "will not be 0/1, but MMPO needs binary rewards. Set both to false or set "
+                "grpo.adv_estimator.reward_threshold"
+            )
+        clip_high = _get(config, "grpo.advantage_clip_high")
+        if clip_high is not None and settings.name == "mmpo":
+            weight_max = settings.objective().weight_coefficients()
+            warnings.append(
+                f"grpo.advantage_clip_high={clip_high} clips MMPO advantages, whose weight "
+                f"reaches {sum(weight_max):g} at f = 1"
+            )
+    elif name is None:
+        raise MMPOInputError("grpo.adv_estimator.name is missing")
+    global_batch = _get(config, "policy.train_global_batch_size")
+    rollouts = prompts * group_size
+    if isinstance(global_batch, int) and global_batch > 0 and rollouts % global_batch:
+        raise MMPOInputError(
+            f"policy.train_global_batch_size={global_batch} must divide the rollouts per step "
+            f"(num_prompts_per_step x num_generations_per_prompt = {rollouts})"
+        )
+    if _get(config, "loss_fn.name") not in (None, "mmpo", "clipped_pg"):
+        raise MMPOInputError(
+            f"loss_fn.name={_get(config, 'loss_fn.name')!r}: use 'mmpo' (the paper's loss) or "
+            "'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
+        )
+    return warnings
+
+
+def run_plan(loaded: LoadedConfig) -> str:
+    """Human-readable plan: GPUs, parallel layout, batch arithmetic, objective."""
+    config = loaded.config
+    nodes = _get(config, "cluster.num_nodes", 1)
+    gpus_per_node = _get(config, "cluster.gpus_per_node", 1)
+    gpus = nodes * gpus_per_node
+    megatron = bool(_get(config, "policy.megatron_cfg.enabled", False))
+    if megatron:
+        tensor = _get(config, "policy.megatron_cfg.tensor_model_parallel_size", 1)
+        pipeline = _get(config, "policy.megatron_cfg.pipeline_model_parallel_size", 1)
+        context = _get(config, "policy.megatron_cfg.context_parallel_size", 1)
+        backend = "Megatron"
+    else:
+        tensor = _get(config, "policy.dtensor_cfg.tensor_parallel_size", 1)
+        pipeline = 1
+        context = _get(config, "policy.dtensor_cfg.context_parallel_size", 1)
+        backend = "DTensor"
+    model_parallel = tensor * pipeline * context
+    data_parallel = gpus // model_parallel if gpus % model_parallel == 0 else None
+    prompts = _get(config, "grpo.num_prompts_per_step")
+    group_size = _get(config, "grpo.num_generations_per_prompt")
+    rollouts = prompts * group_size
+    global_batch = _get(config, "policy.train_global_batch_size")
+    micro_batch = _get(config, "policy.train_micro_batch_size")
+    vllm_tp = _get(config, "policy.generation.vllm_cfg.tensor_parallel_size", 1)
+    colocated = _get(config, "policy.generation.colocated.enabled", True)
+    estimator = _get(config, "grpo.adv_estimator", {}) or {}
+    lines = [
+        f"config loader: {loaded.loader}",
+        f"model: {_get(config, 'policy.model_name')}",
+        f"cluster: {nodes} node(s) x {gpus_per_node} GPU(s) = {gpus} GPU(s)",
+        f"training: {backend}, tensor {tensor} x pipeline {pipeline} x context {context}"
+        f" -> data parallel {data_parallel if data_parallel else 'INVALID (does not divide GPUs)'}",
+        f"generation: {_get(config, 'policy.generation.backend', 'vllm')}, tensor parallel "
+        f"{vllm_tp}, {'colocated with training' if colocated else 'on separate GPUs'}",
+        f"rollouts/step: {prompts} prompts x {group_size} generations = {rollouts}",
+    ]
+    if isinstance(global_batch, int) and global_batch:
+        steps = rollouts // global_batch
+        accumulation = (
+            global_batch // (micro_batch * data_parallel) if data_parallel and micro_batch else "?"
+        )
+        lines.append(
+            f"optimizer: {steps} step(s) per rollout batch of {global_batch} sequences "
+            f"(micro batch {micro_batch}, gradient accumulation {accumulation})"
+        )
+    lines.append(
+        f"sequence: max total {_get(config, 'policy.max_total_sequence_length')} tokens, "
+        f"max new {_get(config, 'policy.generation.max_new_tokens')}; temperature "
+        f"{_get(config, 'policy.generation.temperature')}, top-p "
+        f"{_get(config, 'policy.generation.top_p')}"
+    )
+    if estimator.get("name") in ESTIMATOR_NAMES:
+        settings = read_estimator_settings(estimator)
+        objective = settings.objective()
+        lines.append(
+            f"advantage: nemo-mmpo {settings.name} ({settings.registry_call()[0]}), objective "
+            f"{objective.name}, a_k = {list(objective.coefficients)}"
+        )
+    else:
+        lines.append(f"advantage: NeMo-RL built-in {estimator.get('name')!r}")
+    lines.append(
+        f"loss: {_get(config, 'loss_fn.name', 'clipped_pg')}, clip "
+        f"[{_get(config, 'loss_fn.ratio_clip_min')}, {_get(config, 'loss_fn.ratio_clip_max')}],"
+        f" KL {_get(config, 'loss_fn.reference_policy_kl_penalty')}"
+    )
+    lines.append(
+        f"validation: every {_get(config, 'grpo.val_period')} steps; checkpoints: "
+        f"{_get(config, 'checkpointing.checkpoint_dir')}"
+    )
+    for base in loaded.unresolved_bases:
+        lines.append(
+            f"NOTE: base config {base} was not found (no NeMo-RL checkout); only this "
+            "project's keys were validated. Set NEMO_RL_PATH to resolve it"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""Every shipped recipe loads, validates and dry-runs without NeMo-RL or a GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nemo_mmpo import MMPOInputError
+from nemo_mmpo.nemo_rl.run_config import (
+    apply_overrides,
+    load_run_config,
+    run_plan,
+    validate_run_config,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
+ENTRY_POINT = ROOT / "examples" / "run_mmpo_math.py"
+
+
+def test_there_are_recipes_for_mmpo_and_every_baseline():
+    names = {path.stem for path in RECIPES}
+    assert {
+        "mmpo_math_qwen3_1.7b",
+        "mmpo_math_qwen3_4b",
+        "grpo_math_qwen3_1.7b",
+        "passk_math_qwen3_1.7b",
+        "maxrl_math_qwen3_1.7b",
+        "mmpo_math_qwen3_8b_2nodes",
+    } <= names
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
+def test_recipe_loads_and_validates(recipe):
+    loaded = load_run_config(recipe, use_nemo_rl=False)
+    validate_run_config(loaded.config)
+    plan = run_plan(loaded)
+    assert "Megatron" in plan and "colocated with training" in plan
+    config = loaded.config
+    assert config["loss_fn"]["name"] == "mmpo"
+    assert config["loss_fn"]["reference_policy_kl_penalty"] == 0.0
+    assert config["loss_fn"]["ratio_clip_min"] == config["loss_fn"]["ratio_clip_max"] == 0.2
+    assert config["grpo"]["reward_scaling"]["enabled"] is False
+    assert config["policy"]["generation"]["temperature"] == 1.0
+    assert config["policy"]["max_total_sequence_length"] == 5120
+
+
+def test_paper_recipe_values():
+    config = load_run_config(ROOT / "examples/configs/mmpo_math_qwen3_1.7b.yaml").config
+    assert config["grpo"]["num_prompts_per_step"] == 16
+    assert config["grpo"]["num_generations_per_prompt"] == 8
+    assert config["grpo"]["adv_estimator"]["truncation_order"] == 4
+    assert config["grpo"]["adv_estimator"]["estimator"] == "plugin"
+    assert config["grpo"]["val_period"] == 20
+    assert config["policy"]["train_global_batch_size"] == 128
+    assert config["policy"]["megatron_cfg"]["optimizer"]["lr"] == 1e-6
+    assert config["policy"]["megatron_cfg"]["scheduler"]["lr_warmup_iters"] == 0
+    assert config["policy"]["generation"]["max_new_tokens"] == 4096
+    assert config["data"]["max_input_seq_length"] == 1024
+    assert config["cluster"]["gpus_per_node"] * config["cluster"]["num_nodes"] == 2
+
+
+def test_prompt_file_shows_the_model_a_single_backslash():
+    config = load_run_config(ROOT / "examples/configs/mmpo_math_qwen3_1.7b.yaml").config
+    template = (ROOT / config["data"]["default"]["prompt_file"]).read_text()
+    prompt = template.format("What is 1+1?")
+    assert prompt.startswith("What is 1+1?\n")
+    assert "put your final answer within \\boxed{}." in prompt
+    assert "\\\\boxed" not in prompt
+
+
+def test_overrides_are_strict_like_nemo_rl():
+    config = {"grpo": {"adv_estimator": {"truncation_order": 4}}}
+    apply_overrides(config, ["grpo.adv_estimator.truncation_order=3"])
+    assert config["grpo"]["adv_estimator"]["truncation_order"] == 3
+    with pytest.raises(MMPOInputError, match=r"\+grpo.adv_estimator.order=3"):
+        apply_overrides(config, ["grpo.adv_estimator.order=3"])
+    apply_overrides(config, ["+grpo.adv_estimator.order=3", "~grpo.adv_estimator.truncation_order"])
+    assert config["grpo"]["adv_estimator"] == {"order": 3}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (
+            ["grpo.adv_estimator.estimator=unbiased", "grpo.adv_estimator.truncation_order=9"],
+            "T <= G",
+        ),
+        (["grpo.reward_scaling.enabled=true"], "grpo.adv_estimator.reward_threshold"),
+        (["grpo.adv_estimator.name=passk_chen", "grpo.adv_estimator.k=12"], "k=12"),
+        (["policy.train_global_batch_size=100"], "train_global_batch_size=100"),
+        (["loss_fn.name=ppo"], "loss_fn.name='ppo'"),
+        (["grpo.adv_estimator.moment_transform=beta"], "alpha=None"),
+    ],
+)
+def test_bad_recipes_are_rejected_with_the_key(overrides, fragment):
+    loaded = load_run_config(ROOT / "examples/configs/mmpo_math_qwen3_1.7b.yaml", overrides)
+    with pytest.raises(MMPOInputError) as error:
+        validate_run_config(loaded.config)
+    assert fragment in str(error.value)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
+def test_dry_run_command(recipe):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ENTRY_POINT),
+            "--config",
+            str(recipe),
+            "--dry-run",
+            "grpo.adv_estimator.truncation_order=3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rollouts/step" in result.stdout
+    if "grpo_math" not in recipe.name:
+        assert "a_k" in result.stdout
+
+
+def test_dry_run_reports_a_bad_override_and_fails():
+    result = subprocess.run(
+        [sys.executable, str(ENTRY_POINT), "--dry-run", "grpo.adv_estimator.estimator=exact"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "grpo.adv_estimator.estimator='exact'" in result.stderr

@@ -1,0 +1,180 @@
+"""Contract tests against the real NeMo-RL (skipped where it is not importable).
+
+Run locally with a NeMo-RL checkout and its light dependencies::
+
+    NEMO_RL_PATH=/path/to/RL PYTHONPATH=/path/to/RL:/path/to/deps pytest tests/nemo_rl_adapter -k contract
+
+``nemo_rl.algorithms.advantage_estimator``/``loss``/``utils.config`` import on Python 3.11;
+the ``grpo`` module needs Python >= 3.12 and NeMo-RL's full environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if os.environ.get("NEMO_RL_PATH") and os.environ["NEMO_RL_PATH"] not in sys.path:
+    sys.path.insert(0, os.environ["NEMO_RL_PATH"])
+try:
+    advantage_module = importlib.import_module("nemo_rl.algorithms.advantage_estimator")
+    loss_module = importlib.import_module("nemo_rl.algorithms.loss")
+    batched_module = importlib.import_module("nemo_rl.distributed.batched_data_dict")
+except Exception as error:  # ImportError, or a missing optional dependency of NeMo-RL
+    pytest.skip(f"NeMo-RL is not importable here ({error!r})", allow_module_level=True)
+
+from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows, moment_objective
+from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator
+from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root, link_nemo_rl_configs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def nemo_rl_estimator_config(**values):
+    config_class = getattr(advantage_module, "AdvEstimatorConfig", None)
+    if config_class is not None and hasattr(config_class, "model_validate"):
+        return config_class(**values)  # NeMo-RL main: a pydantic model
+    return dict(values)  # v0.7.0: a TypedDict
+
+
+def trainer_batch(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(1, 1000, (16, 12), generator=generator)
+    prompts[:, -3:] = 0  # padding, as in the trainer's padded prompt matrix
+    prompt_ids = prompts.repeat_interleave(8, dim=0)
+    rewards = (torch.rand(128, generator=generator) < 0.35).float()
+    mask = torch.ones(128, 20)
+    return prompt_ids, rewards, mask
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_order_one_equals_nemo_rl_grpo_without_std(leave_one_out):
+    prompt_ids, rewards, mask = trainer_batch()
+    theirs = advantage_module.GRPOAdvantageEstimator(
+        nemo_rl_estimator_config(
+            name="grpo", normalize_rewards=False, use_leave_one_out_baseline=leave_one_out
+        ),
+        None,
+    ).compute_advantage(prompt_ids=prompt_ids, rewards=rewards, mask=mask)
+    estimator = "unbiased" if leave_one_out else "plugin"
+    ours = MMPOAdvantageEstimator(
+        {"name": "mmpo", "truncation_order": 1, "estimator": estimator}
+    ).compute_advantage(prompt_ids=prompt_ids, rewards=rewards, mask=mask)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_our_grpo_estimator_equals_nemo_rl_grpo_with_std(leave_one_out):
+    prompt_ids, rewards, mask = trainer_batch(1)
+    theirs = advantage_module.GRPOAdvantageEstimator(
+        nemo_rl_estimator_config(
+            name="grpo", normalize_rewards=True, use_leave_one_out_baseline=leave_one_out
+        ),
+        None,
+    ).compute_advantage(prompt_ids=prompt_ids, rewards=rewards, mask=mask)
+    ours = compute_advantages(
+        rewards,
+        group_ids_from_prompt_rows(prompt_ids),
+        None,
+        "grpo",
+        leave_one_out=leave_one_out,
+    )
+    assert torch.allclose(ours, theirs[:, 0], atol=1e-5)
+
+
+def test_called_as_the_trainer_calls_it_gives_core_values():
+    prompt_ids, rewards, mask = trainer_batch(2)
+    estimator = MMPOAdvantageEstimator(
+        nemo_rl_estimator_config(name="mmpo", truncation_order=4, estimator="unbiased")
+    )
+    advantages = estimator.compute_advantage(
+        prompt_ids=prompt_ids,
+        rewards=rewards,
+        mask=mask,
+        repeated_batch={},
+        logprobs_policy=torch.zeros(128, 20),
+        logprobs_reference=None,
+    )
+    expected = compute_advantages(
+        rewards, group_ids_from_prompt_rows(prompt_ids), moment_objective("mmpo", 4), "unbiased"
+    )
+    assert torch.equal(advantages[:, 0], expected)
+
+
+def test_mmpo_loss_is_the_clipped_surrogate_without_kl():
+    pytest.importorskip("nemo_mmpo.nemo_rl.loss", reason="needs nemo_rl.algorithms.loss")
+    from nemo_mmpo.nemo_rl.loss import MMPOClippedPGLossFn
+
+    config = loss_module.ClippedPGLossConfig(name="mmpo", reference_policy_kl_penalty=0.5)
+    loss_fn = MMPOClippedPGLossFn(config)
+    generator = torch.Generator().manual_seed(3)
+    batch, length = 4, 6
+    prev = -torch.rand(batch, length, generator=generator)
+    current = prev[:, 1:] + 0.3 * torch.randn(batch, length - 1, generator=generator)
+    advantages = torch.randn(batch, 1, generator=generator).expand(batch, length).contiguous()
+    token_mask = torch.ones(batch, length)
+    token_mask[:, -1] = 0
+    data = batched_module.BatchedDataDict(
+        {
+            "input_ids": torch.zeros(batch, length, dtype=torch.long),
+            "advantages": advantages,
+            "prev_logprobs": prev,
+            "generation_logprobs": prev,
+            "reference_policy_logprobs": prev - 1.0,
+            "token_mask": token_mask,
+            "sample_mask": torch.ones(batch),
+        }
+    )
+    valid_tokens = token_mask[:, 1:].sum()
+    loss, metrics = loss_fn(current, data, torch.tensor(float(batch)), valid_tokens)
+    ratio = torch.exp(current - prev[:, 1:])
+    surrogate = torch.minimum(ratio * advantages[:, 1:], ratio.clamp(0.8, 1.2) * advantages[:, 1:])
+    expected = -(surrogate * token_mask[:, 1:]).sum() / valid_tokens
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert metrics["kl_penalty"] == 0
+    assert "mmpo/positive_advantage_token_fraction" in metrics
+
+
+def test_recipes_load_with_nemo_rl_own_loader():
+    config_module = importlib.import_module("nemo_rl.utils.config")
+    root = find_nemo_rl_root()
+    if root is None:
+        pytest.skip("no NeMo-RL checkout with examples/configs found (set NEMO_RL_PATH)")
+    link_nemo_rl_configs(ROOT / "examples" / "configs", root)
+    config_module.register_omegaconf_resolvers()
+    for recipe in sorted((ROOT / "examples" / "configs").glob("*.yaml")):
+        config = config_module.load_config(str(recipe))
+        config = config_module.parse_hydra_overrides(
+            config, ["grpo.adv_estimator.truncation_order=3"]
+        )
+        assert config.grpo.adv_estimator.truncation_order == 3
+        assert config.policy.megatron_cfg.enabled is True
+
+
+def test_install_into_nemo_rl_grpo():
+    try:
+        grpo = importlib.import_module("nemo_rl.algorithms.grpo")
+    except Exception as error:
+        pytest.skip(f"nemo_rl.algorithms.grpo is not importable here ({error!r})")
+    from nemo_mmpo.nemo_rl import install
+
+    install()
+    install()
+    ours = grpo._create_advantage_estimator.__wrapped__
+    assert ours is not None
+
+    class Master:
+        def __init__(self, estimator_config):
+            self.grpo = {"adv_estimator": estimator_config}
+            self.loss_fn = loss_module.ClippedPGLossConfig()
+
+    created = grpo._create_advantage_estimator(Master({"name": "mmpo", "truncation_order": 4}))
+    assert isinstance(created, MMPOAdvantageEstimator)
+    builtin = grpo._create_advantage_estimator(
+        Master({"name": "grpo", "normalize_rewards": True, "use_leave_one_out_baseline": False})
+    )
+    assert isinstance(builtin, advantage_module.GRPOAdvantageEstimator)
