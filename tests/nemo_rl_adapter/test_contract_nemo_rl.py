@@ -2,7 +2,7 @@
 
 Run locally with a NeMo-RL checkout and its light dependencies::
 
-    NEMO_RL_PATH=/path/to/RL PYTHONPATH=/path/to/RL:/path/to/deps pytest tests/nemo_rl_adapter -k contract
+    NEMO_RL_PATH=~/RL PYTHONPATH=~/RL:~/deps pytest tests/nemo_rl_adapter -k contract
 
 ``nemo_rl.algorithms.advantage_estimator``/``loss``/``utils.config`` import on Python 3.11;
 the ``grpo`` module needs Python >= 3.12 and NeMo-RL's full environment.

@@ -1,0 +1,144 @@
+"""Benchmark loaders normalise every upload's fields to one schema, offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nemo_mmpo import MMPOInputError
+from nemo_mmpo.data import (
+    BENCHMARKS,
+    last_boxed,
+    load_benchmark,
+    normalise_answer,
+    prepare_training_data,
+    read_local,
+    write_jsonl_atomic,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("so the answer is $\\boxed{5}$.", "5"),
+        ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        (
+            "\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}",
+            "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}",
+        ),
+        ("\\fbox{x^{2}}", "x^{2}"),
+        ("no box here", None),
+        ("\\boxed{unclosed", None),
+    ],
+)
+def test_last_boxed(text, expected):
+    assert last_boxed(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "integer", "expected"),
+    [
+        (27.0, True, "27"),
+        ("27.0", True, "27"),
+        ("025", True, "25"),
+        ("025", False, "025"),
+        (" $\\frac{3}{4}$ ", False, "\\frac{3}{4}"),
+        (113, True, "113"),
+        (0.5, False, "0.5"),
+    ],
+)
+def test_normalise_answer(answer, integer, expected):
+    assert normalise_answer(answer, integer) == expected
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_each_upload_shape_normalises(tmp_path):
+    amc = write(tmp_path / "amc.jsonl", [{"question": "Q1", "answer": 27.0, "id": 7}])
+    aime = write(tmp_path / "aime.jsonl", [{"problem": "Q2", "answer": "025", "id": "2024-I-1"}])
+    math_train = write(
+        tmp_path / "train.jsonl",
+        [{"problem": "Q3", "solution": "... \\boxed{\\frac{1}{2}}.", "level": "Level 3"}],
+    )
+    assert load_benchmark("amc23", amc)[0] == {
+        "id": "7",
+        "problem": "Q1",
+        "answer": "27",
+        "source": "amc23",
+    }
+    assert load_benchmark("aime24", aime)[0]["answer"] == "25"
+    record = load_benchmark("math_train", math_train)[0]
+    assert record["answer"] == "\\frac{1}{2}" and record["level"] == "Level 3"
+
+
+def test_bad_rows_name_the_problem(tmp_path):
+    rows = write(tmp_path / "bad.jsonl", [{"question": "Q", "solution": "no answer"}])
+    with pytest.raises(MMPOInputError, match="row 0"):
+        load_benchmark("math_train", rows)
+    with pytest.raises(MMPOInputError, match="unknown benchmark 'gsm8k'"):
+        load_benchmark("gsm8k", rows)
+    with pytest.raises(MMPOInputError, match="does not exist"):
+        read_local(tmp_path / "missing.jsonl")
+
+
+def test_parquet_files_load(tmp_path):
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as parquet
+
+    table = pyarrow.table({"problem": ["Q"], "answer": ["$5$"], "unique_id": ["test/1.json"]})
+    parquet.write_table(table, tmp_path / "math500.parquet")
+    assert load_benchmark("math500", tmp_path / "math500.parquet")[0]["answer"] == "5"
+
+
+def test_prepare_training_data_writes_both_files(tmp_path):
+    sources = {
+        "math_train": write(tmp_path / "t.jsonl", [{"problem": "P", "solution": "\\boxed{1}"}]),
+        "math500": write(tmp_path / "m.jsonl", [{"problem": "A", "answer": "2"}]),
+        "olymmath": write(tmp_path / "o.jsonl", [{"problem": "B", "answer": "$3$"}]),
+        "amc23": write(tmp_path / "a.jsonl", [{"question": "C", "answer": 4.0}]),
+        "aime24": write(tmp_path / "i.jsonl", [{"problem": "D", "answer": "005"}]),
+        "aime25": write(tmp_path / "j.jsonl", [{"question": "E", "answer": "6"}]),
+    }
+    paths = prepare_training_data(tmp_path / "out", sources)
+    train = read_local(paths["train"])
+    validation = read_local(paths["validation"])
+    assert [row["answer"] for row in train] == ["1"]
+    assert [row["answer"] for row in validation] == ["2", "3", "4", "5", "6"]
+    assert [row["source"] for row in validation] == [
+        "math500",
+        "olymmath",
+        "amc23",
+        "aime24",
+        "aime25",
+    ]
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "out.jsonl"
+    write_jsonl_atomic([{"a": 1}], target)
+
+    def broken():
+        yield {"a": 2}
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        write_jsonl_atomic(broken(), target)
+    assert read_local(target) == [{"a": 1}]
+    assert [path.name for path in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+def test_registry_pins_the_paper_benchmarks():
+    assert BENCHMARKS["math_train"].hub_id == "DigitalLearningGmbH/MATH-lighteval"
+    sizes = {name: spec.expected_size for name, spec in BENCHMARKS.items()}
+    assert sizes == {
+        "math_train": 7500,
+        "math500": 500,
+        "olymmath": 200,
+        "amc23": 40,
+        "aime24": 30,
+        "aime25": 30,
+    }
