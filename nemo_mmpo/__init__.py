@@ -6,6 +6,7 @@ Public API (stable names)::
 """
 
 from nemo_mmpo import baselines as _baselines  # noqa: F401  (registers the baseline estimators)
+from nemo_mmpo import empirical_bayes as _empirical_bayes  # noqa: F401  (registers it)
 from nemo_mmpo.diagnostics import moment_diagnostics
 from nemo_mmpo.dmpo import distribution_matching_penalty
 from nemo_mmpo.errors import MMPOInputError

@@ -1,0 +1,1 @@
+"""Evaluation and analysis: metrics, the verifier pool, generation and reports."""

@@ -1,0 +1,116 @@
+"""Markdown summaries and PNG figures of lab experiments, written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+PLOTTED = (
+    ("mean_success", "mean success rate"),
+    ("gini", "Gini of per-problem success"),
+    ("pass@8", "pass@8"),
+    ("failure_moment_4", "E[F^4]"),
+)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+
+
+def save_figure_atomic(figure, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(
+        prefix=f".{path.stem}.", suffix=".png", dir=path.parent
+    )
+    os.close(descriptor)
+    figure.savefig(temporary, dpi=110, bbox_inches="tight")
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+
+    return pyplot
+
+
+def plot_training(history: dict[str, list[dict[str, float]]], path: Path, title: str) -> None:
+    """Four panels over steps: mean success, Gini, pass@8 and E[F^4], one line per arm."""
+    pyplot = _pyplot()
+    figure, axes = pyplot.subplots(1, len(PLOTTED), figsize=(4.8 * len(PLOTTED), 3.8))
+    for axis, (key, label) in zip(axes, PLOTTED, strict=True):
+        for name, rows in history.items():
+            axis.plot([row["step"] for row in rows], [row[key] for row in rows], label=name)
+        axis.set_xlabel("training step")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    save_figure_atomic(figure, path)
+    pyplot.close(figure)
+
+
+def plot_gradient_study(rows: Sequence[dict], path: Path) -> None:
+    """Relative gradient MSE (bias^2 + variance) against T, one panel per group size."""
+    pyplot = _pyplot()
+    group_sizes = sorted({row["group_size"] for row in rows})
+    figure, axes = pyplot.subplots(1, len(group_sizes), figsize=(4.8 * len(group_sizes), 3.8))
+    axes = [axes] if len(group_sizes) == 1 else list(axes)
+    for axis, group_size in zip(axes, group_sizes, strict=True):
+        for estimator in sorted({row["estimator"] for row in rows}):
+            points = sorted(
+                (row["truncation_order"], row["mse"])
+                for row in rows
+                if row["group_size"] == group_size and row["estimator"] == estimator
+            )
+            axis.plot(*zip(*points, strict=True), marker="o", label=estimator)
+        axis.set_title(f"G = {group_size}")
+        axis.set_xlabel("truncation order T")
+        axis.set_ylabel("relative gradient MSE")
+        axis.set_yscale("log")
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    save_figure_atomic(figure, path)
+    pyplot.close(figure)
+
+
+def training_table(history: dict[str, list[dict[str, float]]]) -> str:
+    keys = (
+        "mean_success",
+        "gini",
+        "pass@1",
+        "pass@8",
+        "pass@16",
+        "failure_moment_4",
+        "truncated_first_success_time",
+    )
+    lines = ["| arm | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for name, rows in history.items():
+        first, last = rows[0], rows[-1]
+        cells = [f"{first[key]:.3f} → {last[key]:.3f}" for key in keys]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def gradient_table(rows: Sequence[dict]) -> str:
+    lines = [
+        "| G | T | estimator | bias² | variance | MSE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['group_size']} | {row['truncation_order']} | {row['estimator']} | "
+            f"{row['bias2']:.4f} | {row['variance']:.4f} | {row['mse']:.4f} |"
+        )
+    return "\n".join(lines)
