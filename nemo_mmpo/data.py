@@ -9,15 +9,14 @@ the upload's own field names, which are normalised the same way).
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.io import write_jsonl_atomic
 
 
 @dataclass(frozen=True)
@@ -196,26 +195,6 @@ def load_benchmark(name: str, path: str | Path | None = None) -> list[dict[str, 
     spec = BENCHMARKS[name]
     rows: Iterable[dict[str, Any]] = read_local(path) if path is not None else _hub_rows(spec)
     return [normalise_record(dict(row), spec, index) for index, row in enumerate(rows)]
-
-
-def write_jsonl_atomic(records: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write records as JSONL through a temporary file and a rename; returns the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "w") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                count += 1
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return count
 
 
 def prepare_training_data(

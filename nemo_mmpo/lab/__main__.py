@@ -12,13 +12,13 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from nemo_mmpo.io import write_text_atomic
 from nemo_mmpo.lab.experiments import gradient_study, paper_comparison, train_side_by_side
 from nemo_mmpo.lab.report import (
     gradient_table,
     plot_gradient_study,
     plot_training,
     training_table,
-    write_text_atomic,
 )
 from nemo_mmpo.lab.simulator import SimulatorConfig
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from nemo_mmpo.io import pyplot as _pyplot
+from nemo_mmpo.io import save_figure_atomic
 
 PLOTTED = (
     ("mean_success", "mean success rate"),
@@ -13,35 +14,6 @@ PLOTTED = (
     ("pass@8", "pass@8"),
     ("failure_moment_4", "E[F^4]"),
 )
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
-
-
-def save_figure_atomic(figure, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{path.stem}.", suffix=".png", dir=path.parent
-    )
-    os.close(descriptor)
-    figure.savefig(temporary, dpi=110, bbox_inches="tight")
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as pyplot
-
-    return pyplot
 
 
 def plot_training(history: dict[str, list[dict[str, float]]], path: Path, title: str) -> None:
