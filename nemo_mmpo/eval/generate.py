@@ -1,0 +1,170 @@
+"""Sample n responses per problem, grade them, append one JSON line per (problem, sample).
+
+Resumable: a restarted run reads what the output file holds and generates only the missing
+samples; every line is flushed and fsynced, so a killed run loses at most the line it was
+writing (a truncated last line is cut off on restart). Shardable: ``shard_index`` of
+``num_shards`` takes every ``num_shards``-th problem, one output file per shard.
+
+vLLM is imported only by :class:`VLLMSampler`; anything with ``generate(prompts, n)`` works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.rollouts import read_jsonl_tolerant
+
+PAPER_SAMPLES = {"math500": 1, "olymmath": 1, "amc23": 16, "aime24": 16, "aime25": 16}
+DEFAULT_TEMPLATE = "{}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+
+
+class Sampler(Protocol):
+    def generate(self, prompts: Sequence[str], n: int) -> list[list[str]]:
+        """``n`` responses for each prompt."""
+
+
+@dataclass
+class VLLMSampler:
+    """vLLM sampling from a Hugging Face checkpoint (paper: temperature 0.6, top-p 0.95)."""
+
+    model: str
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 4096
+    tensor_parallel_size: int = 1
+    seed: int = 0
+    chat_template: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            from vllm import LLM
+        except ImportError as error:
+            raise MMPOInputError(
+                "generation needs vLLM (and a GPU): run inside NeMo-RL's environment or "
+                "`pip install vllm`; analysis of existing rollout files does not"
+            ) from error
+        self.engine = LLM(
+            self.model, tensor_parallel_size=self.tensor_parallel_size, seed=self.seed
+        )
+        self.tokenizer = self.engine.get_tokenizer()
+
+    def generate(self, prompts: Sequence[str], n: int) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            n=n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+        )
+        texts = [
+            self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            if self.chat_template and getattr(self.tokenizer, "chat_template", None)
+            else prompt
+            for prompt in prompts
+        ]
+        outputs = self.engine.generate(texts, params)
+        return [[choice.text for choice in output.outputs] for output in outputs]
+
+
+def _repair_and_read(path: Path) -> list[dict[str, Any]]:
+    """Existing records; drops a truncated last line from the file itself."""
+    if not path.exists():
+        return []
+    records = read_jsonl_tolerant(path)
+    content = path.read_bytes()
+    if content and not content.endswith(b"\n"):
+        keep = content.rfind(b"\n") + 1
+        with open(path, "r+b") as handle:
+            handle.truncate(keep)
+        records = read_jsonl_tolerant(path)
+    return records
+
+
+def shard(problems: Sequence[dict[str, Any]], shard_index: int, num_shards: int):
+    if not 0 <= shard_index < num_shards:
+        raise MMPOInputError(f"shard_index={shard_index} must be in [0, num_shards={num_shards})")
+    return [problem for index, problem in enumerate(problems) if index % num_shards == shard_index]
+
+
+def run_generation(
+    problems: Sequence[dict[str, Any]],
+    sampler: Sampler,
+    grade: Any,
+    out_path: str | Path,
+    samples_per_problem: int | dict[str, int] = 16,
+    shard_index: int = 0,
+    num_shards: int = 1,
+    batch_size: int = 64,
+    template: str = DEFAULT_TEMPLATE,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Generate and grade what ``out_path`` lacks; returns counts written/skipped.
+
+    Args:
+        problems: normalised records ``{"id", "problem", "answer", "source"}``.
+        sampler: ``generate(prompts, n) -> [[response] * n]``.
+        grade: ``(golds, predictions) -> [Verdict]`` (e.g. ``VerifierPool.verify``).
+        samples_per_problem: an int, or per-benchmark counts (default paper: 1 or 16).
+    """
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    done: dict[tuple[str, str], set[int]] = {}
+    for record in _repair_and_read(out_path):
+        done.setdefault((record["benchmark"], record["problem_id"]), set()).add(record["sample"])
+    todo = []
+    for problem in shard(problems, shard_index, num_shards):
+        wanted = (
+            samples_per_problem
+            if isinstance(samples_per_problem, int)
+            else samples_per_problem.get(problem["source"], 16)
+        )
+        have = done.get((problem["source"], problem["id"]), set())
+        missing = [sample for sample in range(wanted) if sample not in have]
+        if missing:
+            todo.append((problem, missing))
+    skipped = sum(len(samples) for samples in done.values())
+    iterator = range(0, len(todo), batch_size)
+    if progress:
+        try:
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(iterator, desc=f"generating {out_path.name}")
+        except ImportError:
+            pass
+    written = 0
+    with open(out_path, "a") as handle:
+        for start in iterator:
+            chunk = todo[start : start + batch_size]
+            width = max(len(missing) for _, missing in chunk)
+            responses = sampler.generate([template.format(p["problem"]) for p, _ in chunk], width)
+            pairs = [
+                (problem, sample, responses[row][position])
+                for row, (problem, missing) in enumerate(chunk)
+                for position, sample in enumerate(missing)
+            ]
+            verdicts = grade([p["answer"] for p, _, _ in pairs], [text for _, _, text in pairs])
+            for (problem, sample, text), verdict in zip(pairs, verdicts, strict=True):
+                record = {
+                    "benchmark": problem["source"],
+                    "problem_id": problem["id"],
+                    "sample": sample,
+                    "answer": problem["answer"],
+                    "response": text,
+                    "correct": verdict.correct,
+                    "status": verdict.status,
+                }
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+                written += 1
+    return {"written": written, "skipped": skipped}

@@ -1,0 +1,211 @@
+"""One command from rollout files to a report folder: summary.md plus PNG figures.
+
+    python -m nemo_mmpo.eval report runs/mmpo.jsonl runs/grpo.jsonl --out report/
+
+Method names come from the file names (``mmpo.jsonl`` -> ``mmpo``) or ``NAME=path``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.metrics import first_success_distribution, gini_by_method, pass_at_k
+from nemo_mmpo.eval.rollouts import ProblemCounts, problem_counts, read_rollouts
+from nemo_mmpo.io import pyplot, save_figure_atomic, write_text_atomic
+
+PAPER_COLUMNS = (("math500", 1), ("olymmath", 1), ("amc23", 16), ("aime24", 16), ("aime25", 16))
+PASS_AT = (1, 4, 8, 16)
+ALPHAS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
+LORENZ_ALPHA = 0.1
+
+
+def _progress(items, description: str, enabled: bool):
+    if not enabled:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=description)
+
+
+def load_runs(specs: Sequence[str], progress: bool = True) -> dict[str, ProblemCounts]:
+    """``["name=path" or "path", ...]`` -> per-run problem counts."""
+    runs: dict[str, ProblemCounts] = {}
+    for spec in _progress(list(specs), "reading rollouts", progress):
+        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        name = name or Path(path).stem
+        if name in runs:
+            raise MMPOInputError(f"two runs are named {name!r}; name them with NAME=path")
+        runs[name] = problem_counts(read_rollouts(path))
+    return runs
+
+
+def benchmark_table(runs: dict[str, ProblemCounts]) -> str:
+    """The paper's table: avg@1 on MATH500/OlymMATH, avg@16 on AMC23/AIME24/AIME25, mean.
+
+    A column is headed by the samples per problem the files hold (``avg@n``: the mean over
+    the problem's n samples, an unbiased estimate of avg@1); the paper used 1, 1, 16, 16, 16.
+    """
+    header = ["method"]
+    for benchmark, _ in PAPER_COLUMNS:
+        counts = {int(n) for run in runs.values() for n in run.benchmark(benchmark).samples}
+        label = f"avg@{counts.pop()}" if len(counts) == 1 else "avg@n"
+        header.append(f"{benchmark} ({label})")
+    header.append("average")
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for name, counts in runs.items():
+        cells, values = [], []
+        for benchmark, _ in PAPER_COLUMNS:
+            subset = counts.benchmark(benchmark)
+            if not subset.keys:
+                cells.append("–")
+                continue
+            value = 100.0 * float(np.mean(subset.correct / subset.samples))
+            values.append(value)
+            cells.append(f"{value:.1f}")
+        average = f"{np.mean(values):.1f}" if values else "–"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {average} |")
+    return "\n".join(lines)
+
+
+def pass_table(runs: dict[str, ProblemCounts]) -> tuple[str, dict[str, dict[int, float]]]:
+    curves: dict[str, dict[int, float]] = {}
+    lines = [
+        "| method | benchmark | " + " | ".join(f"pass@{k}" for k in PASS_AT) + " |",
+        "|---" * (len(PASS_AT) + 2) + "|",
+    ]
+    for name, counts in runs.items():
+        curves[name] = {}
+        for benchmark in [*counts.benchmarks, "all"]:
+            subset = counts if benchmark == "all" else counts.benchmark(benchmark)
+            cells = []
+            for k in PASS_AT:
+                if subset.samples.min() >= k:
+                    value = float(pass_at_k(subset.samples, subset.correct, k).mean())
+                    cells.append(f"{100 * value:.1f}")
+                    if benchmark == "all":
+                        curves[name][k] = value
+                else:
+                    cells.append("–")
+            lines.append(f"| {name} | {benchmark} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), curves
+
+
+def common_success(runs: dict[str, ProblemCounts]) -> dict[str, np.ndarray]:
+    """Per-problem success rates on the problems every run evaluated, in the same order."""
+    shared = sorted(set.intersection(*(set(counts.keys) for counts in runs.values())))
+    if not shared:
+        raise MMPOInputError("the runs share no (benchmark, problem) pair; compare like with like")
+    result = {}
+    for name, counts in runs.items():
+        position = {key: index for index, key in enumerate(counts.keys)}
+        rows = [position[key] for key in shared]
+        result[name] = counts.correct[rows] / counts.samples[rows]
+    return result
+
+
+def write_report(runs: dict[str, ProblemCounts], out: str | Path, progress: bool = True) -> Path:
+    """Write ``summary.md`` and the figures into ``out``; returns the summary's path."""
+    out = Path(out)
+    plt = pyplot()
+    success = common_success(runs)
+    steps = ["table", "gini", "lorenz", "first success", "pass@k"]
+    sections = [f"# Evaluation report\n\nRuns: {', '.join(runs)}.\n"]
+    for step in _progress(steps, "writing report", progress):
+        if step == "table":
+            sections.append("## Benchmarks\n\n" + benchmark_table(runs))
+            table, curves = pass_table(runs)
+            sections.append("## pass@k (%)\n\n" + table)
+        elif step == "gini":
+            results = [gini_by_method(success, alpha) for alpha in ALPHAS]
+            lines = [
+                "| alpha | problems kept | " + " | ".join(runs) + " |",
+                "|---" * (len(runs) + 2) + "|",
+            ]
+            for result in results:
+                cells = [f"{result['methods'][name]['gini']:.4f}" for name in runs]
+                lines.append(
+                    f"| {result['alpha']} | {result['kept']} | " + " | ".join(cells) + " |"
+                )
+            sections.append(
+                "## Gini of per-problem success (common filter, mean-normalised)\n\n"
+                + "\n".join(lines)
+                + "\n\n![Gini vs alpha](gini_vs_alpha.png)"
+            )
+            figure, axis = plt.subplots(figsize=(5, 3.6))
+            for name in runs:
+                axis.plot(
+                    ALPHAS, [r["methods"][name]["gini"] for r in results], marker="o", label=name
+                )
+            axis.set_xlabel("filter threshold alpha")
+            axis.set_ylabel("Gini coefficient")
+            axis.set_title("Gini of per-problem success")
+            axis.legend()
+            axis.grid(alpha=0.3)
+            save_figure_atomic(figure, out / "gini_vs_alpha.png")
+            plt.close(figure)
+        elif step == "lorenz":
+            result = gini_by_method(success, LORENZ_ALPHA)
+            figure, axis = plt.subplots(figsize=(4.6, 4.4))
+            axis.plot([0, 1], [0, 1], color="grey", linestyle="--", label="equality")
+            for name in runs:
+                lorenz = result["methods"][name]["lorenz"]
+                if lorenz is not None:
+                    gini_value = result["methods"][name]["gini"]
+                    axis.plot(*lorenz, label=f"{name} (Gini {gini_value:.3f})")
+            axis.set_xlabel("cumulative share of problems")
+            axis.set_ylabel("cumulative share of success")
+            axis.set_title(f"Lorenz curves (alpha = {LORENZ_ALPHA}, {result['kept']} problems)")
+            axis.legend()
+            save_figure_atomic(figure, out / "lorenz.png")
+            plt.close(figure)
+            sections.append("## Lorenz curves\n\n![Lorenz](lorenz.png)")
+        elif step == "first success":
+            figure, axis = plt.subplots(figsize=(6, 3.6))
+            width = 0.8 / len(runs)
+            lines = [
+                "| method | attempts | P(first success at 1) | never solved |",
+                "|---|---|---|---|",
+            ]
+            for offset, (name, counts) in enumerate(runs.items()):
+                distribution = first_success_distribution(counts.samples, counts.correct)
+                attempts = np.arange(1, len(distribution["pmf"]) + 2)
+                heights = np.concatenate([distribution["pmf"], [distribution["never_solved"]]])
+                axis.bar(attempts + offset * width, heights, width=width, label=name)
+                lines.append(
+                    f"| {name} | {len(distribution['pmf'])} | {distribution['pmf'][0]:.3f} | "
+                    f"{distribution['never_solved']:.3f} |"
+                )
+            axis.set_xlabel("attempt of the first success (last bar: never, within all samples)")
+            axis.set_ylabel("share of problems")
+            axis.set_title("First-success time")
+            axis.legend()
+            save_figure_atomic(figure, out / "first_success.png")
+            plt.close(figure)
+            sections.append(
+                "## First-success time\n\n" + "\n".join(lines) + "\n\n![first](first_success.png)"
+            )
+        else:
+            figure, axis = plt.subplots(figsize=(5, 3.6))
+            for name, curve in curves.items():
+                if curve:
+                    axis.plot(
+                        list(curve), [100 * v for v in curve.values()], marker="o", label=name
+                    )
+            axis.set_xscale("log", base=2)
+            axis.set_xlabel("k")
+            axis.set_ylabel("pass@k (%)")
+            axis.set_title("pass@k over all problems")
+            axis.legend()
+            axis.grid(alpha=0.3)
+            save_figure_atomic(figure, out / "pass_at_k.png")
+            plt.close(figure)
+            sections.append("![pass@k](pass_at_k.png)")
+    summary = out / "summary.md"
+    write_text_atomic(summary, "\n\n".join(sections) + "\n")
+    return summary
