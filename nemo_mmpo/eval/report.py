@@ -109,103 +109,116 @@ def common_success(runs: dict[str, ProblemCounts]) -> dict[str, np.ndarray]:
     return result
 
 
+def _finish(figure, axis, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Label, legend and save one figure (atomically), then free it."""
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.legend()
+    axis.grid(alpha=0.3)
+    save_figure_atomic(figure, path)
+    pyplot().close(figure)
+
+
+def _tables_section(runs, success, out: Path) -> str:
+    table, _ = pass_table(runs)
+    return "## Benchmarks\n\n" + benchmark_table(runs) + "\n\n## pass@k (%)\n\n" + table
+
+
+def _gini_section(runs, success, out: Path) -> str:
+    results = [gini_by_method(success, alpha) for alpha in ALPHAS]
+    lines = ["| alpha | problems kept | " + " | ".join(runs) + " |", "|---" * (len(runs) + 2) + "|"]
+    for result in results:
+        cells = [f"{result['methods'][name]['gini']:.4f}" for name in runs]
+        lines.append(f"| {result['alpha']} | {result['kept']} | " + " | ".join(cells) + " |")
+    figure, axis = pyplot().subplots(figsize=(5, 3.6))
+    for name in runs:
+        axis.plot(ALPHAS, [r["methods"][name]["gini"] for r in results], marker="o", label=name)
+    _finish(
+        figure,
+        axis,
+        out / "gini_vs_alpha.png",
+        "filter threshold alpha",
+        "Gini coefficient",
+        "Gini of per-problem success",
+    )
+    return (
+        "## Gini of per-problem success (common filter, mean-normalised)\n\n"
+        + "\n".join(lines)
+        + "\n\n![Gini vs alpha](gini_vs_alpha.png)"
+    )
+
+
+def _lorenz_section(runs, success, out: Path) -> str:
+    result = gini_by_method(success, LORENZ_ALPHA)
+    figure, axis = pyplot().subplots(figsize=(4.6, 4.4))
+    axis.plot([0, 1], [0, 1], color="grey", linestyle="--", label="equality")
+    for name in runs:
+        method = result["methods"][name]
+        if method["lorenz"] is not None:
+            axis.plot(*method["lorenz"], label=f"{name} (Gini {method['gini']:.3f})")
+    _finish(
+        figure,
+        axis,
+        out / "lorenz.png",
+        "cumulative share of problems",
+        "cumulative share of success",
+        f"Lorenz curves (alpha = {LORENZ_ALPHA}, {result['kept']} problems)",
+    )
+    return "## Lorenz curves\n\n![Lorenz](lorenz.png)"
+
+
+def _first_success_section(runs, success, out: Path) -> str:
+    figure, axis = pyplot().subplots(figsize=(6, 3.6))
+    width = 0.8 / len(runs)
+    lines = ["| method | attempts | P(first success at 1) | never solved |", "|---|---|---|---|"]
+    for offset, (name, counts) in enumerate(runs.items()):
+        distribution = first_success_distribution(counts.samples, counts.correct)
+        attempts = np.arange(1, len(distribution["pmf"]) + 2)
+        heights = np.concatenate([distribution["pmf"], [distribution["never_solved"]]])
+        axis.bar(attempts + offset * width, heights, width=width, label=name)
+        lines.append(
+            f"| {name} | {len(distribution['pmf'])} | {distribution['pmf'][0]:.3f} | "
+            f"{distribution['never_solved']:.3f} |"
+        )
+    _finish(
+        figure,
+        axis,
+        out / "first_success.png",
+        "attempt of the first success (last bar: never, within all samples)",
+        "share of problems",
+        "First-success time",
+    )
+    return "## First-success time\n\n" + "\n".join(lines) + "\n\n![first](first_success.png)"
+
+
+def _pass_curve_section(runs, success, out: Path) -> str:
+    _, curves = pass_table(runs)
+    figure, axis = pyplot().subplots(figsize=(5, 3.6))
+    for name, curve in curves.items():
+        if curve:
+            axis.plot(list(curve), [100 * v for v in curve.values()], marker="o", label=name)
+    axis.set_xscale("log", base=2)
+    _finish(figure, axis, out / "pass_at_k.png", "k", "pass@k (%)", "pass@k over all problems")
+    return "![pass@k](pass_at_k.png)"
+
+
+SECTIONS = (
+    _tables_section,
+    _gini_section,
+    _lorenz_section,
+    _first_success_section,
+    _pass_curve_section,
+)
+
+
 def write_report(runs: dict[str, ProblemCounts], out: str | Path, progress: bool = True) -> Path:
     """Write ``summary.md`` and the figures into ``out``; returns the summary's path."""
     out = Path(out)
-    plt = pyplot()
     success = common_success(runs)
-    steps = ["table", "gini", "lorenz", "first success", "pass@k"]
     sections = [f"# Evaluation report\n\nRuns: {', '.join(runs)}.\n"]
-    for step in _progress(steps, "writing report", progress):
-        if step == "table":
-            sections.append("## Benchmarks\n\n" + benchmark_table(runs))
-            table, curves = pass_table(runs)
-            sections.append("## pass@k (%)\n\n" + table)
-        elif step == "gini":
-            results = [gini_by_method(success, alpha) for alpha in ALPHAS]
-            lines = [
-                "| alpha | problems kept | " + " | ".join(runs) + " |",
-                "|---" * (len(runs) + 2) + "|",
-            ]
-            for result in results:
-                cells = [f"{result['methods'][name]['gini']:.4f}" for name in runs]
-                lines.append(
-                    f"| {result['alpha']} | {result['kept']} | " + " | ".join(cells) + " |"
-                )
-            sections.append(
-                "## Gini of per-problem success (common filter, mean-normalised)\n\n"
-                + "\n".join(lines)
-                + "\n\n![Gini vs alpha](gini_vs_alpha.png)"
-            )
-            figure, axis = plt.subplots(figsize=(5, 3.6))
-            for name in runs:
-                axis.plot(
-                    ALPHAS, [r["methods"][name]["gini"] for r in results], marker="o", label=name
-                )
-            axis.set_xlabel("filter threshold alpha")
-            axis.set_ylabel("Gini coefficient")
-            axis.set_title("Gini of per-problem success")
-            axis.legend()
-            axis.grid(alpha=0.3)
-            save_figure_atomic(figure, out / "gini_vs_alpha.png")
-            plt.close(figure)
-        elif step == "lorenz":
-            result = gini_by_method(success, LORENZ_ALPHA)
-            figure, axis = plt.subplots(figsize=(4.6, 4.4))
-            axis.plot([0, 1], [0, 1], color="grey", linestyle="--", label="equality")
-            for name in runs:
-                lorenz = result["methods"][name]["lorenz"]
-                if lorenz is not None:
-                    gini_value = result["methods"][name]["gini"]
-                    axis.plot(*lorenz, label=f"{name} (Gini {gini_value:.3f})")
-            axis.set_xlabel("cumulative share of problems")
-            axis.set_ylabel("cumulative share of success")
-            axis.set_title(f"Lorenz curves (alpha = {LORENZ_ALPHA}, {result['kept']} problems)")
-            axis.legend()
-            save_figure_atomic(figure, out / "lorenz.png")
-            plt.close(figure)
-            sections.append("## Lorenz curves\n\n![Lorenz](lorenz.png)")
-        elif step == "first success":
-            figure, axis = plt.subplots(figsize=(6, 3.6))
-            width = 0.8 / len(runs)
-            lines = [
-                "| method | attempts | P(first success at 1) | never solved |",
-                "|---|---|---|---|",
-            ]
-            for offset, (name, counts) in enumerate(runs.items()):
-                distribution = first_success_distribution(counts.samples, counts.correct)
-                attempts = np.arange(1, len(distribution["pmf"]) + 2)
-                heights = np.concatenate([distribution["pmf"], [distribution["never_solved"]]])
-                axis.bar(attempts + offset * width, heights, width=width, label=name)
-                lines.append(
-                    f"| {name} | {len(distribution['pmf'])} | {distribution['pmf'][0]:.3f} | "
-                    f"{distribution['never_solved']:.3f} |"
-                )
-            axis.set_xlabel("attempt of the first success (last bar: never, within all samples)")
-            axis.set_ylabel("share of problems")
-            axis.set_title("First-success time")
-            axis.legend()
-            save_figure_atomic(figure, out / "first_success.png")
-            plt.close(figure)
-            sections.append(
-                "## First-success time\n\n" + "\n".join(lines) + "\n\n![first](first_success.png)"
-            )
-        else:
-            figure, axis = plt.subplots(figsize=(5, 3.6))
-            for name, curve in curves.items():
-                if curve:
-                    axis.plot(
-                        list(curve), [100 * v for v in curve.values()], marker="o", label=name
-                    )
-            axis.set_xscale("log", base=2)
-            axis.set_xlabel("k")
-            axis.set_ylabel("pass@k (%)")
-            axis.set_title("pass@k over all problems")
-            axis.legend()
-            axis.grid(alpha=0.3)
-            save_figure_atomic(figure, out / "pass_at_k.png")
-            plt.close(figure)
-            sections.append("![pass@k](pass_at_k.png)")
+    for section in _progress(SECTIONS, "writing report", progress):
+        sections.append(section(runs, success, out))
     summary = out / "summary.md"
     write_text_atomic(summary, "\n\n".join(sections) + "\n")
     return summary
