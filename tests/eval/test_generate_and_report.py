@@ -122,3 +122,30 @@ def test_report_command_on_a_synthetic_two_method_file(tmp_path):
     for figure in ("lorenz.png", "gini_vs_alpha.png", "first_success.png", "pass_at_k.png"):
         assert (out / figure).stat().st_size > 1000
     assert eval_main(["report", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+
+
+def test_generate_without_vllm_says_what_to_install(tmp_path, capsys):
+    pytest.importorskip("math_verify")
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vLLM is installed here")
+    except ImportError:
+        pass
+    data = tmp_path / "amc.jsonl"
+    data.write_text('{"question": "1+1?", "answer": 2.0}\n')
+    code = eval_main(
+        [
+            "generate",
+            "--model",
+            "m",
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            "--benchmarks",
+            "amc23",
+            "--data",
+            f"amc23={data}",
+        ]
+    )
+    assert code == 2
+    assert "vLLM" in capsys.readouterr().err
