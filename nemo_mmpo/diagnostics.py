@@ -37,11 +37,30 @@ def moment_diagnostics(
         ``success_rate`` (over rollouts) and ``num_groups``.
     """
     groups = RewardGroups.from_flat(rewards, group_ids, valid_mask, reward_threshold)
+    return group_statistics(groups, truncation_order, objective)
+
+
+def group_statistics(
+    groups: RewardGroups, truncation_order: int = 4, objective: MomentObjective | None = None
+) -> dict[str, float]:
+    """:func:`moment_diagnostics` of already-validated groups (same keys)."""
     present = groups.group_size > 0
     size = groups.group_size[present]
     failures = groups.failure_count[present]
     num_groups = int(present.sum().item())
     objective = moment_objective("mmpo", truncation_order) if objective is None else objective
+    if num_groups == 0:  # every rollout masked out: nothing to describe, nothing to crash on
+        keys = [f"failure_moment_{k}" for k in range(1, truncation_order + 1)]
+        keys += [
+            "truncated_first_success_time",
+            "weight_mean",
+            "weight_max",
+            "no_signal_fraction",
+            "all_pass_fraction",
+            "all_fail_fraction",
+            "success_rate",
+        ]
+        return {**dict.fromkeys(keys, float("nan")), "num_groups": 0.0}
 
     unbiased = failure_subset_probabilities(failures, size, truncation_order)[:, 1:]
     failure_rate = failures / size

@@ -87,12 +87,23 @@ def compute_advantages(
         computed in float64 on the rewards' device.
     """
     rewards = torch.as_tensor(rewards)
-    function = get_estimator(estimator)
+    function = get_estimator(estimator)  # an unknown name fails before any work
     groups = RewardGroups.from_flat(rewards, group_ids, valid_mask, reward_threshold)
+    advantages = advantages_for_groups(groups, objective, function, **options)
+    return advantages.to(_output_dtype(rewards))
+
+
+def advantages_for_groups(
+    groups: RewardGroups,
+    objective: MomentObjective | None,
+    estimator: str | Estimator,
+    **options: object,
+) -> torch.Tensor:
+    """``[N]`` float64 advantages of already-validated groups; 0 for invalid rollouts."""
+    function = get_estimator(estimator) if isinstance(estimator, str) else estimator
     objective = moment_objective("mmpo", 4) if objective is None else objective
     advantages = function(groups, objective, **options)
-    advantages = torch.where(groups.valid, advantages, torch.zeros_like(advantages))
-    return advantages.to(_output_dtype(rewards))
+    return torch.where(groups.valid, advantages, torch.zeros_like(advantages))
 
 
 def mmpo_advantages(

@@ -83,3 +83,11 @@ def test_group_ids_from_prompt_rows_match_torch_unique_on_random_batches():
     expected = torch.unique(prompts, dim=0, return_inverse=True)[1]
     # same partition: i ~ j in ours iff i ~ j in torch.unique
     assert torch.equal(ids[:, None] == ids[None, :], expected[:, None] == expected[None, :])
+
+
+def test_a_batch_with_every_rollout_masked_reports_nan_instead_of_failing():
+    stats = moment_diagnostics(
+        torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), 2, torch.tensor([False, False])
+    )
+    assert stats["num_groups"] == 0
+    assert math.isnan(stats["failure_moment_2"]) and math.isnan(stats["weight_max"])

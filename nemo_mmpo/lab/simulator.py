@@ -163,7 +163,9 @@ class Simulator:
         logits = theta[problems] + self.features[problems] @ shared - self.difficulty[problems]
         return torch.sigmoid(logits)
 
-    def objective_value(self, theta=None, shared=None) -> torch.Tensor:
+    def objective_value(
+        self, theta: torch.Tensor | None = None, shared: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``mean_i sum_k a_k f_i^k`` over all problems."""
         return self.objective.value(1.0 - self.success_rates(None, theta, shared)).mean()
 

@@ -20,15 +20,15 @@ Config keys (all shipped with defaults in ``examples/configs`` so Hydra override
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from nemo_mmpo.diagnostics import moment_diagnostics
+from nemo_mmpo.diagnostics import group_statistics
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.estimators import compute_advantages
-from nemo_mmpo.grouping import group_ids_from_prompt_rows
+from nemo_mmpo.estimators import advantages_for_groups
+from nemo_mmpo.grouping import RewardGroups, group_ids_from_prompt_rows
 from nemo_mmpo.objectives import MomentObjective, moment_objective
 
 ESTIMATOR_NAMES = ("mmpo", "passk_chen", "pkpo", "maxrl")
@@ -66,7 +66,6 @@ class EstimatorSettings:
     k: int = 3
     maclaurin_order: int | None = None
     reward_threshold: float | None = None
-    options: dict[str, Any] = field(default_factory=dict)
 
     def objective(self) -> MomentObjective:
         """The moment objective the advantages estimate the gradient of."""
@@ -182,32 +181,22 @@ class MMPOAdvantageEstimator:
         """
         group_ids = group_ids_from_prompt_rows(prompt_ids.to(rewards.device))
         valid = None if valid_mask is None else valid_mask.to(rewards.device).bool()
-        threshold = self.settings.reward_threshold
         try:
-            advantages = compute_advantages(
-                rewards,
-                group_ids,
-                self.objective,
-                self.estimator_name,
-                valid,
-                reward_threshold=threshold,
-                **self.options,
+            groups = RewardGroups.from_flat(
+                rewards, group_ids, valid, self.settings.reward_threshold
+            )
+            advantages = advantages_for_groups(
+                groups, self.objective, self.estimator_name, **self.options
             )
         except MMPOInputError as error:
             raise _non_binary_hint(error) from None
-        self.last_metrics = self._metrics(rewards, group_ids, valid, advantages)
-        return advantages.unsqueeze(-1).expand(mask.shape)
+        self.last_metrics = self._metrics(groups, advantages)
+        output_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+        return advantages.to(output_dtype).unsqueeze(-1).expand(mask.shape)
 
-    def _metrics(self, rewards, group_ids, valid, advantages) -> dict[str, float]:
-        stats = moment_diagnostics(
-            rewards,
-            group_ids,
-            self.objective.truncation_order,
-            valid,
-            objective=self.objective,
-            reward_threshold=self.settings.reward_threshold,
-        )
-        kept = advantages if valid is None else advantages[valid]
+    def _metrics(self, groups: RewardGroups, advantages: torch.Tensor) -> dict[str, float]:
+        stats = group_statistics(groups, self.objective.truncation_order, self.objective)
+        kept = advantages[groups.valid]
         stats["advantage_abs_max"] = float(kept.abs().max()) if kept.numel() else 0.0
-        stats["advantage_abs_mean"] = float(kept.abs().float().mean()) if kept.numel() else 0.0
+        stats["advantage_abs_mean"] = float(kept.abs().mean()) if kept.numel() else 0.0
         return {f"{METRIC_PREFIX}{key}": value for key, value in stats.items()}
