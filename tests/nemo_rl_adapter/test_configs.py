@@ -45,7 +45,11 @@ def test_recipe_loads_and_validates(recipe):
     assert config["loss_fn"]["ratio_clip_min"] == config["loss_fn"]["ratio_clip_max"] == 0.2
     assert config["grpo"]["reward_scaling"]["enabled"] is False
     assert config["policy"]["generation"]["temperature"] == 1.0
-    assert config["policy"]["max_total_sequence_length"] == 5120
+    total = config["policy"]["max_total_sequence_length"]
+    assert (
+        total
+        == config["data"]["max_input_seq_length"] + config["policy"]["generation"]["max_new_tokens"]
+    )
 
 
 def test_paper_recipe_values():
