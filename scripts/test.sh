@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (if missing) and run lint + the whole CPU test suite.
 # Usage: bash scripts/test.sh [extra pytest args]
-# TORCH_SPEC picks the torch build; the default is the CPU-only wheel this project is tested with.
+# TORCH_SPEC picks the torch build (default torch==2.13.0, the version CI tests; on CI's machines
+# pip finds it as a local CPU-only wheel). Elsewhere, for a small CPU build:
+#   TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -11,7 +13,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
+# shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. an --index-url
+"$VENV/bin/python" -m pip install -q $TORCH_SPEC
 "$VENV/bin/python" -m pip install -q -e ".[test,eval,lab]"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
