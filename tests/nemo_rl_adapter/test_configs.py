@@ -137,3 +137,44 @@ def test_dry_run_reports_a_bad_override_and_fails():
     )
     assert result.returncode == 2
     assert "grpo.adv_estimator.estimator='exact'" in result.stderr
+
+
+def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeypatch):
+    """A NeMo-RL-shaped checkout: the link is made and our loader merges the base like theirs."""
+    import shutil
+
+    from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root, link_nemo_rl_configs
+
+    checkout = tmp_path / "RL"
+    (checkout / "examples" / "configs").mkdir(parents=True)
+    base = checkout / "examples" / "configs" / "grpo_math_1B_megatron.yaml"
+    base.write_text(
+        "defaults: grpo_math_1B.yaml\n"
+        "policy:\n  megatron_cfg:\n    enabled: true\n    sequence_parallel: false\n"
+        "  dynamic_batching:\n    train_mb_tokens: ${mul:${policy.max_total_sequence_length}, 2}\n"
+        "logger:\n  _override_: true\n  log_dir: base_logs\n  only_in_base: 1\n"
+    )
+    (checkout / "examples" / "configs" / "grpo_math_1B.yaml").write_text(
+        "grpo:\n  val_at_start: false\n  num_prompts_per_step: 32\n"
+        "logger:\n  only_in_grandparent: 1\n"
+    )
+    monkeypatch.setenv("NEMO_RL_PATH", str(checkout))
+    assert find_nemo_rl_root() == checkout.resolve()
+    configs = tmp_path / "configs"
+    shutil.copytree(ROOT / "examples" / "configs", configs)
+    link = link_nemo_rl_configs(configs, checkout)
+    assert link.is_symlink() and link_nemo_rl_configs(configs, checkout) == link
+    loaded = load_run_config(configs / "mmpo_math_qwen3_1.7b.yaml", use_nemo_rl=False)
+    assert loaded.unresolved_bases == []
+    config = loaded.config
+    assert config["grpo"]["num_prompts_per_step"] == 16  # ours wins over the base's 32
+    assert config["grpo"]["val_at_start"] is True
+    assert config["policy"]["megatron_cfg"]["sequence_parallel"] is False  # kept from the base
+    assert config["policy"]["dynamic_batching"]["train_mb_tokens"] == 5120 * 2
+    assert "only_in_grandparent" not in config["logger"]  # the base's _override_ dropped it
+    assert config["logger"]["only_in_base"] == 1 and "_override_" not in config["logger"]
+    assert config["logger"]["log_dir"] == "logs/mmpo_qwen3_1.7b"
+    (configs / "nemo_rl").unlink()
+    (configs / "nemo_rl").mkdir()
+    with pytest.raises(MMPOInputError, match="is not a link"):
+        link_nemo_rl_configs(configs, checkout)
