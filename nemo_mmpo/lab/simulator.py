@@ -98,17 +98,31 @@ class RowAdam:
         self.second = torch.zeros(size, dtype=torch.float64)
         self.count = torch.zeros(size, dtype=torch.float64)
 
-    def update(self, parameter: torch.Tensor, rows: torch.Tensor, gradient: torch.Tensor) -> None:
+    def update(
+        self, parameter: torch.Tensor, rows: torch.Tensor | None, gradient: torch.Tensor
+    ) -> None:
+        """Step ``parameter[rows]`` (every entry when ``rows`` is None) against ``gradient``."""
         if self.kind == "sgd":
-            parameter[rows] -= self.learning_rate * gradient
+            if rows is None:
+                parameter -= self.learning_rate * gradient
+            else:
+                parameter[rows] -= self.learning_rate * gradient
             return
         beta1, beta2, epsilon = 0.9, 0.999, 1e-8
-        first = beta1 * self.first[rows] + (1 - beta1) * gradient
-        second = beta2 * self.second[rows] + (1 - beta2) * gradient.square()
-        count = self.count[rows] + 1
-        self.first[rows], self.second[rows], self.count[rows] = first, second, count
+        if rows is None:
+            first = self.first.mul_(beta1).add_(gradient, alpha=1 - beta1)
+            second = self.second.mul_(beta2).addcmul_(gradient, gradient, value=1 - beta2)
+            count = self.count.add_(1)
+        else:
+            first = beta1 * self.first[rows] + (1 - beta1) * gradient
+            second = beta2 * self.second[rows] + (1 - beta2) * gradient.square()
+            count = self.count[rows] + 1
+            self.first[rows], self.second[rows], self.count[rows] = first, second, count
         step = first / (1 - beta1**count) / ((second / (1 - beta2**count)).sqrt() + epsilon)
-        parameter[rows] -= self.learning_rate * step
+        if rows is None:
+            parameter -= self.learning_rate * step
+        else:
+            parameter[rows] -= self.learning_rate * step
 
 
 @dataclass
@@ -133,7 +147,6 @@ class Simulator:
         self.shared = torch.zeros(config.feature_dim, dtype=torch.float64)
         self.theta_optimizer = RowAdam(config.num_problems, config.learning_rate, config.optimizer)
         self.shared_optimizer = RowAdam(config.feature_dim, config.learning_rate, config.optimizer)
-        self.all_shared = torch.arange(config.feature_dim)
         # The batch layout never changes: B groups of G valid rollouts.
         self.group_index = torch.arange(config.prompts_per_step).repeat_interleave(
             config.group_size
@@ -230,7 +243,7 @@ class Simulator:
     def _apply(self, problems: torch.Tensor, logit_gradient: torch.Tensor) -> None:
         shared_gradient = self.features[problems].T @ logit_gradient
         self.theta_optimizer.update(self.theta, problems, logit_gradient)
-        self.shared_optimizer.update(self.shared, self.all_shared, shared_gradient)
+        self.shared_optimizer.update(self.shared, None, shared_gradient)
 
     def step(self) -> dict[str, float]:
         """One training step; returns the batch's mean reward and mean |advantage|."""

@@ -169,3 +169,24 @@ def test_bad_configuration_is_named():
         SimulatorConfig(difficulty="easy")
     with pytest.raises(MMPOInputError, match="prompts_per_step=50"):
         SimulatorConfig(num_problems=10, prompts_per_step=50)
+
+
+def test_row_adam_matches_torch_adam():
+    from nemo_mmpo.lab.simulator import RowAdam
+
+    generator = torch.Generator().manual_seed(4)
+    ours = torch.zeros(5, dtype=torch.float64)
+    reference = torch.zeros(5, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.Adam([reference], lr=0.1)
+    row_adam = RowAdam(5, 0.1)
+    lazy = torch.zeros(5, dtype=torch.float64)
+    lazy_adam = RowAdam(5, 0.1)
+    for _ in range(20):
+        gradient = torch.randn(5, generator=generator, dtype=torch.float64)
+        row_adam.update(ours, None, gradient)
+        lazy_adam.update(lazy, torch.arange(5), gradient)
+        optimizer.zero_grad()
+        reference.grad = gradient.clone()
+        optimizer.step()
+    assert torch.allclose(ours, reference.detach(), atol=1e-12)
+    assert torch.allclose(lazy, reference.detach(), atol=1e-12)
