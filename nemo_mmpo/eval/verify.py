@@ -171,24 +171,19 @@ class VerifierPool:
         for position in range(len(self.workers)):
             self._ensure_ready(position)
         while pending or any(worker.index is not None for worker in self.workers):
-            for worker in self.workers:
-                if worker.index is None and pending:
-                    worker.index = pending.popleft()
-                    worker.started = time.monotonic()
-                    worker.connection.send(
-                        (str(golds[worker.index]), str(predictions[worker.index]))
-                    )
-            busy = {
-                worker.connection: worker for worker in self.workers if worker.index is not None
-            }
-            deadline = min(worker.started for worker in busy.values()) + self.timeout_seconds
+            for position in range(len(self.workers)):
+                if self.workers[position].index is None and pending:
+                    self._assign(position, pending.popleft(), golds, predictions)
+            busy = {w.connection: p for p, w in enumerate(self.workers) if w.index is not None}
+            deadline = min(self.workers[p].started for p in busy.values()) + self.timeout_seconds
             for connection in wait(list(busy), timeout=max(0.0, deadline - time.monotonic())):
-                worker = busy[connection]
+                position = busy[connection]
+                worker = self.workers[position]
                 try:
                     status, correct = connection.recv()
                 except (EOFError, OSError):  # the worker died (e.g. out of memory)
                     status, correct = "error", False
-                    self._swap(worker, self._replace(worker))
+                    self.workers[position] = self._replace(worker)
                 verdicts[worker.index] = Verdict(bool(correct), status)
                 worker.index = None
             now = time.monotonic()
@@ -202,10 +197,16 @@ class VerifierPool:
         self.counts.update(verdict.status for verdict in result)
         return result
 
-    def _swap(self, old: _Worker, new: _Worker) -> None:
-        position = self.workers.index(old)
-        new.index = old.index
-        self.workers[position] = new
+    def _assign(self, position: int, index: int, golds, predictions) -> None:
+        """Send answer ``index`` to worker ``position``, replacing the worker if it is gone."""
+        task = (str(golds[index]), str(predictions[index]))
+        try:
+            self.workers[position].connection.send(task)
+        except (BrokenPipeError, OSError):
+            self.workers[position] = self._replace(self.workers[position])
+            self.workers[position].connection.send(task)
+        self.workers[position].index = index
+        self.workers[position].started = time.monotonic()
 
     def close(self) -> None:
         for worker in self.workers:

@@ -72,3 +72,12 @@ def test_mismatched_lengths_are_an_error(pool):
 
     with pytest.raises(MMPOInputError, match="2 gold answers but 1 predictions"):
         pool.verify(["1", "2"], ["1"])
+
+
+def test_a_dead_worker_is_replaced_and_nothing_escapes(pool):
+    pool.workers[0].process.kill()
+    pool.workers[0].process.join(timeout=5)
+    verdicts = pool.verify(["1", "2", "3"], ["\\boxed{1}", "\\boxed{2}", "\\boxed{4}"])
+    assert [verdict.correct for verdict in verdicts] == [True, True, False]
+    assert all(verdict.status == "ok" for verdict in verdicts)
+    assert all(worker.process.is_alive() for worker in pool.workers)
