@@ -57,12 +57,10 @@ class VLLMSampler:
     def generate(self, prompts: Sequence[str], n: int) -> list[list[str]]:
         from vllm import SamplingParams
 
+        # No per-request seed: with one, a resumed run would redraw the samples it already has.
+        # The engine's seed (set at start-up) keeps a whole run reproducible.
         params = SamplingParams(
-            n=n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
+            n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens
         )
         texts = [
             self.tokenizer.apply_chat_template(
