@@ -26,7 +26,7 @@ def _check_k(k: object, estimator: str) -> int:
     return k
 
 
-@register_estimator("grpo")
+@register_estimator("grpo", objective="reinforce")
 def grpo(
     groups: RewardGroups,
     objective: MomentObjective,
@@ -63,7 +63,7 @@ def grpo(
     return advantages
 
 
-@register_estimator("passk_chen")
+@register_estimator("passk_chen", objective="pass_at_k")
 def passk_chen(
     groups: RewardGroups, objective: MomentObjective, k: int = 3, epsilon: float = 1e-6
 ) -> torch.Tensor:
@@ -85,7 +85,7 @@ def passk_chen(
     return torch.where(sigma > 0, numerator / (sigma + epsilon), torch.zeros_like(sigma))
 
 
-@register_estimator("pkpo")
+@register_estimator("pkpo", objective="pass_at_k")
 def pkpo(groups: RewardGroups, objective: MomentObjective, k: int = 3) -> torch.Tensor:
     """PKPO's unbiased pass@k transform, "loo-minus-one" (Walder & Karkhanis, arXiv 2505.15201).
 
@@ -100,7 +100,7 @@ def pkpo(groups: RewardGroups, objective: MomentObjective, k: int = 3) -> torch.
     return torch.where(groups.rewards > 0, positive, torch.zeros_like(positive))
 
 
-@register_estimator("maxrl")
+@register_estimator("maxrl", objective="maxrl")
 def maxrl(
     groups: RewardGroups,
     objective: MomentObjective,

@@ -7,8 +7,9 @@ with :func:`register_estimator`; the baselines of the paper live in
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -25,18 +26,42 @@ class Estimator(Protocol):
 
 
 _REGISTRY: dict[str, Estimator] = {}
+_OBJECTIVE_KINDS: dict[str, str] = {}
 
 
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Decorator: make ``fn(groups, objective, **options) -> [N]`` available as ``name``."""
+def register_estimator(name: str, objective: str = "mmpo") -> Callable[[Estimator], Estimator]:
+    """Decorator: make ``fn(groups, objective, **options) -> [N]`` available as ``name``.
+
+    ``objective`` is the kind of :func:`~nemo_mmpo.objectives.moment_objective` the estimator
+    targets (``"mmpo"`` for the moment estimators, ``"pass_at_k"``, ``"maxrl"``,
+    ``"reinforce"``); integrations such as the NeMo-RL adapter build it from their config.
+    The function's keyword parameters after ``objective`` are its options.
+    """
 
     def decorate(function: Estimator) -> Estimator:
         if name in _REGISTRY and _REGISTRY[name] is not function:
             raise MMPOInputError(f"an estimator named {name!r} is already registered")
         _REGISTRY[name] = function
+        _OBJECTIVE_KINDS[name] = objective
         return function
 
     return decorate
+
+
+def estimator_objective_kind(name: str) -> str:
+    """The objective kind ``name`` was registered with (see :func:`register_estimator`)."""
+    get_estimator(name)
+    return _OBJECTIVE_KINDS[name]
+
+
+def estimator_options(name: str) -> dict[str, Any]:
+    """``{option: default}`` of the registered estimator ``name`` (from its signature)."""
+    parameters = list(inspect.signature(get_estimator(name)).parameters.values())[2:]
+    return {
+        parameter.name: parameter.default
+        for parameter in parameters
+        if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+    }
 
 
 def get_estimator(name: str) -> Estimator:
