@@ -8,36 +8,74 @@ v0.7.0's TypedDict) or a pydantic model with extra fields (NeMo-RL main).
 
 Config keys (all shipped with defaults in ``examples/configs`` so Hydra overrides work):
 
-- ``name``: ``mmpo`` | ``passk_chen`` | ``pkpo`` | ``maxrl``
-- ``truncation_order`` (T, paper default 4) and ``estimator`` (``plugin`` | ``unbiased``)
-- ``moment_transform``: ``none`` | ``constant`` | ``beta``, with ``transform_constant``,
-  ``transform_alpha``, ``transform_beta`` (moments of U*F, a_k = E[U^k])
-- ``k`` for ``passk_chen`` / ``pkpo`` (paper: 3); ``maclaurin_order`` for ``maxrl`` (null:
-  the authors' default estimator)
+- ``name``: ``mmpo``, or any estimator registered in :mod:`nemo_mmpo.estimators` whose name
+  is not one of NeMo-RL's own (:data:`NEMO_RL_BUILTIN_ESTIMATORS`): ``passk_chen``, ``pkpo``,
+  ``maxrl``, ``empirical_bayes``, ``plugin``, ``unbiased``. A new registered estimator is
+  reachable without an edit here.
+- ``estimator``: with ``name: mmpo``, any registered estimator (``plugin``, the paper's
+  default; ``unbiased``; ``empirical_bayes``; ``grpo`` for ours with NeMo-RL's formula, ...)
+- ``truncation_order`` (T, paper default 4); ``moment_transform``: ``none`` | ``constant`` |
+  ``beta``, with ``transform_constant``, ``transform_alpha``, ``transform_beta`` (moments of
+  U*F, a_k = E[U^k])
+- the estimator's own options, by their parameter names (``k`` for ``passk_chen``/``pkpo``,
+  paper 3; ``maclaurin_order`` for ``maxrl``; ``leave_one_out``/``normalize_std`` for ``grpo``)
 - ``reward_threshold``: null (rewards must be 0/1) or a float (reward >= t is a success)
+
+Keys that neither we nor NeMo-RL's estimators read are refused with the list of known keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from nemo_mmpo.diagnostics import group_statistics
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.estimators import advantages_for_groups
+from nemo_mmpo.estimators import (
+    advantages_for_groups,
+    available_estimators,
+    estimator_objective_kind,
+    estimator_options,
+)
 from nemo_mmpo.grouping import RewardGroups, group_ids_from_prompt_rows
 from nemo_mmpo.objectives import MomentObjective, moment_objective
 
-ESTIMATOR_NAMES = ("mmpo", "passk_chen", "pkpo", "maxrl")
 METRIC_PREFIX = "mmpo/"
-
-_ALLOWED = {
-    "estimator": ("plugin", "unbiased"),
-    "moment_transform": ("none", "constant", "beta"),
+MMPO_NAME = "mmpo"
+#: ``grpo.adv_estimator.name`` values that NeMo-RL's ``_create_advantage_estimator`` builds
+#: itself (v0.7.0 and main); ours never shadow them.
+NEMO_RL_BUILTIN_ESTIMATORS = ("grpo", "gdpo", "opd", "reinforce_plus_plus")
+#: Keys NeMo-RL's own estimators read; they may sit beside ours in a shared config.
+NEMO_RL_ESTIMATOR_KEYS = ("normalize_rewards", "use_leave_one_out_baseline", "minus_baseline")
+MOMENT_KEYS = {
+    "truncation_order": 4,
+    "moment_transform": "none",
+    "transform_constant": None,
+    "transform_alpha": None,
+    "transform_beta": None,
 }
+TRANSFORMS = ("none", "constant", "beta")
+
+
+def estimator_names() -> tuple[str, ...]:
+    """``grpo.adv_estimator.name`` values nemo-mmpo serves, read from the core registry."""
+    registered = [name for name in available_estimators() if name not in NEMO_RL_BUILTIN_ESTIMATORS]
+    return (MMPO_NAME, *registered)
+
+
+def is_our_estimator(name: Any) -> bool:
+    """Whether ``grpo.adv_estimator.name`` selects a nemo-mmpo estimator."""
+    return name in estimator_names()
+
+
+def known_estimator_keys() -> tuple[str, ...]:
+    """Every key ``grpo.adv_estimator`` may hold when one of ours is selected."""
+    options = {key for name in available_estimators() for key in estimator_options(name)}
+    keys = {"name", "estimator", "reward_threshold", *MOMENT_KEYS, *options}
+    return tuple(sorted(keys | set(NEMO_RL_ESTIMATOR_KEYS)))
 
 
 def config_value(config: Any, key: str, default: Any = None) -> Any:
@@ -52,48 +90,89 @@ def config_value(config: Any, key: str, default: Any = None) -> Any:
     return extra.get(key, default)
 
 
+def config_keys(config: Any) -> list[str]:
+    """The keys set in ``config`` (mapping, or pydantic model with extras)."""
+    if config is None:
+        return []
+    if isinstance(config, Mapping):
+        return list(config)
+    fields = list(getattr(config, "model_fields_set", None) or [])
+    return fields + list(getattr(config, "model_extra", None) or {})
+
+
 @dataclass(frozen=True)
 class EstimatorSettings:
-    """The validated ``grpo.adv_estimator`` settings of one of our estimators."""
+    """The validated ``grpo.adv_estimator`` settings of one of our estimators.
 
-    name: str = "mmpo"
+    ``estimator`` is the core registry name, ``objective`` the moment objective it estimates
+    the gradient of, ``options`` the estimator's keyword options and ``truncation_order`` the
+    number of failure moments reported in the metrics.
+    """
+
+    name: str
+    estimator: str
+    objective: MomentObjective
+    options: dict[str, Any] = field(default_factory=dict)
     truncation_order: int = 4
-    estimator: str = "plugin"
-    moment_transform: str = "none"
-    transform_constant: float | None = None
-    transform_alpha: float | None = None
-    transform_beta: float | None = None
-    k: int = 3
-    maclaurin_order: int | None = None
     reward_threshold: float | None = None
 
-    def objective(self) -> MomentObjective:
-        """The moment objective the advantages estimate the gradient of."""
-        if self.name == "mmpo":
-            return moment_objective(
-                "mmpo",
-                self.truncation_order,
-                transform=self.moment_transform,
-                constant=self.transform_constant,
-                alpha=self.transform_alpha,
-                beta=self.transform_beta,
-            )
-        if self.name in ("passk_chen", "pkpo"):
-            return moment_objective("pass_at_k", k=self.k)
-        order = self.maclaurin_order if self.maclaurin_order is not None else self.truncation_order
-        return moment_objective("maxrl", order)
-
-    def registry_call(self) -> tuple[str, dict[str, Any]]:
-        """``(estimator name, options)`` for :func:`nemo_mmpo.compute_advantages`."""
-        if self.name == "mmpo":
-            return self.estimator, {}
-        if self.name in ("passk_chen", "pkpo"):
-            return self.name, {"k": self.k}
-        return "maxrl", {"maclaurin_order": self.maclaurin_order}
+    def describe(self) -> str:
+        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+        return (
+            f"{self.name} -> estimator {self.estimator}({options}), objective "
+            f"{self.objective.name}, a_k = {list(self.objective.coefficients)}"
+        )
 
 
 def _setting_error(key: str, value: Any, fix: str) -> MMPOInputError:
     return MMPOInputError(f"grpo.adv_estimator.{key}={value!r} is not valid: {fix}")
+
+
+def _integer(key: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _setting_error(key, value, f"give an integer >= {minimum}")
+    return value
+
+
+def _number_or_none(key: str, value: Any) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise _setting_error(key, value, "give null or a number")
+    return None if value is None else float(value)
+
+
+def _option_value(key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise _setting_error(key, value, "give true or false")
+        return value
+    if isinstance(default, int) or key in ("k", "maclaurin_order"):
+        if value is None and default is None:
+            return None
+        return _integer(key, value)
+    if isinstance(default, float):
+        number = _number_or_none(key, value)
+        if number is None:
+            raise _setting_error(key, value, "give a number")
+        return number
+    return value
+
+
+def _objective(kind: str, truncation_order: int, values: dict[str, Any]) -> MomentObjective:
+    if kind == "mmpo":
+        return moment_objective(
+            "mmpo",
+            truncation_order,
+            transform=values["moment_transform"],
+            constant=values["transform_constant"],
+            alpha=values["transform_alpha"],
+            beta=values["transform_beta"],
+        )
+    if kind == "pass_at_k":
+        return moment_objective("pass_at_k", k=values["options"].get("k", 3))
+    if kind == "maxrl":
+        order = values["options"].get("maclaurin_order") or truncation_order
+        return moment_objective("maxrl", order)
+    return moment_objective(kind, truncation_order)
 
 
 def read_estimator_settings(config: Any) -> EstimatorSettings:
@@ -102,37 +181,61 @@ def read_estimator_settings(config: Any) -> EstimatorSettings:
     Raises:
         MMPOInputError: naming the offending key, its value and the accepted values.
     """
-    name = config_value(config, "name", "mmpo")
-    if name not in ESTIMATOR_NAMES:
-        raise _setting_error("name", name, f"nemo-mmpo provides {', '.join(ESTIMATOR_NAMES)}")
-    values: dict[str, Any] = {"name": name}
-    for key, allowed in _ALLOWED.items():
-        value = config_value(config, key, EstimatorSettings.__dataclass_fields__[key].default)
-        if value not in allowed:
-            raise _setting_error(key, value, f"choose one of {', '.join(allowed)}")
-        values[key] = value
-    for key in ("truncation_order", "k"):
-        value = config_value(config, key, EstimatorSettings.__dataclass_fields__[key].default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _setting_error(key, value, "give an integer >= 1")
-        values[key] = value
-    maclaurin_order = config_value(config, "maclaurin_order", None)
-    if maclaurin_order is not None and (
-        isinstance(maclaurin_order, bool) or not isinstance(maclaurin_order, int)
-    ):
-        raise _setting_error("maclaurin_order", maclaurin_order, "give null or an integer >= 1")
-    values["maclaurin_order"] = maclaurin_order
-    for key in ("transform_constant", "transform_alpha", "transform_beta", "reward_threshold"):
-        value = config_value(config, key, None)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise _setting_error(key, value, "give null or a number")
-        values[key] = None if value is None else float(value)
-    settings = EstimatorSettings(**values)
+    name = config_value(config, "name", MMPO_NAME)
+    names = estimator_names()
+    if name not in names:
+        hint = ""
+        if isinstance(name, str) and name.lower() in names:
+            hint = f" (names are case-sensitive: did you mean {name.lower()!r}?)"
+        raise _setting_error(
+            "name",
+            name,
+            f"nemo-mmpo provides {', '.join(names)}; NeMo-RL provides "
+            f"{', '.join(NEMO_RL_BUILTIN_ESTIMATORS)}{hint}",
+        )
+    unknown = sorted(set(config_keys(config)) - set(known_estimator_keys()))
+    if unknown:
+        raise _setting_error(
+            unknown[0],
+            config_value(config, unknown[0]),
+            f"no estimator reads it; known keys: {', '.join(known_estimator_keys())}",
+        )
+    estimator = config_value(config, "estimator", "plugin") if name == MMPO_NAME else name
+    if estimator not in available_estimators():
+        raise _setting_error(
+            "estimator", estimator, f"choose one of {', '.join(available_estimators())}"
+        )
+    truncation_order = _integer(
+        "truncation_order",
+        config_value(config, "truncation_order", MOMENT_KEYS["truncation_order"]),
+    )
+    transform = config_value(config, "moment_transform", "none")
+    if transform not in TRANSFORMS:
+        raise _setting_error(
+            "moment_transform", transform, f"choose one of {', '.join(TRANSFORMS)}"
+        )
+    values: dict[str, Any] = {"moment_transform": transform}
+    for key in ("transform_constant", "transform_alpha", "transform_beta"):
+        values[key] = _number_or_none(key, config_value(config, key, None))
+    options = {}
+    for key, default in estimator_options(estimator).items():
+        value = config_value(config, key, default)
+        options[key] = _option_value(key, value, default)
+    values["options"] = options
     try:
-        settings.objective()
+        objective = _objective(estimator_objective_kind(estimator), truncation_order, values)
     except MMPOInputError as error:
         raise MMPOInputError(f"grpo.adv_estimator: {error}") from None
-    return settings
+    return EstimatorSettings(
+        name=name,
+        estimator=estimator,
+        objective=objective,
+        options=options,
+        truncation_order=truncation_order,
+        reward_threshold=_number_or_none(
+            "reward_threshold", config_value(config, "reward_threshold", None)
+        ),
+    )
 
 
 def _non_binary_hint(error: MMPOInputError) -> MMPOInputError:
@@ -155,8 +258,7 @@ class MMPOAdvantageEstimator:
 
     def __init__(self, estimator_config: Any, loss_config: Any = None) -> None:
         self.settings = read_estimator_settings(estimator_config)
-        self.objective = self.settings.objective()
-        self.estimator_name, self.options = self.settings.registry_call()
+        self.objective = self.settings.objective
         self.last_metrics: dict[str, float] = {}
 
     def compute_advantage(
@@ -186,7 +288,7 @@ class MMPOAdvantageEstimator:
                 rewards, group_ids, valid, self.settings.reward_threshold
             )
             advantages = advantages_for_groups(
-                groups, self.objective, self.estimator_name, **self.options
+                groups, self.objective, self.settings.estimator, **self.settings.options
             )
         except MMPOInputError as error:
             raise _non_binary_hint(error) from None
@@ -195,7 +297,7 @@ class MMPOAdvantageEstimator:
         return advantages.to(output_dtype).unsqueeze(-1).expand(mask.shape)
 
     def _metrics(self, groups: RewardGroups, advantages: torch.Tensor) -> dict[str, float]:
-        stats = group_statistics(groups, self.objective.truncation_order, self.objective)
+        stats = group_statistics(groups, self.settings.truncation_order, self.objective)
         kept = advantages[groups.valid]
         stats["advantage_abs_max"] = float(kept.abs().max()) if kept.numel() else 0.0
         stats["advantage_abs_mean"] = float(kept.abs().mean()) if kept.numel() else 0.0

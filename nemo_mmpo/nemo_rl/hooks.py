@@ -4,14 +4,15 @@ NeMo-RL has no registry for advantage estimators or losses: ``_create_advantage_
 in ``nemo_rl.algorithms.grpo`` is an if/elif that raises on unknown names, and ``setup()``
 constructs ``ClippedPGLossFn`` directly. Both are module globals looked up at call time, and
 ``grpo_sync`` / ``single_controller_utils.setup`` import them by name, so :func:`install`
-wraps the name in each of those modules:
+wraps the name in each of those modules (:data:`HOOKED_MODULES`):
 
 - ``_create_advantage_estimator``: our :class:`MMPOAdvantageEstimator` when
   ``grpo.adv_estimator.name`` is one of ours, NeMo-RL's own otherwise;
-- ``ClippedPGLossFn``: our loss when ``loss_fn.name == "mmpo"``, NeMo-RL's otherwise;
-- ``_log_mixed_rewards_and_advantages_information``: also merges our estimator's
-  ``last_metrics`` into the step metrics (the synchronous trainer ignores ``last_metrics``).
+- ``ClippedPGLossFn``: our loss when ``loss_fn.name`` is ``mmpo``, NeMo-RL's otherwise;
+- ``_log_mixed_rewards_and_advantages_information``: also adds our estimator's
+  ``last_metrics`` to the step metrics (the synchronous trainers ignore ``last_metrics``).
 
+It also puts this package on ``PYTHONPATH`` for NeMo-RL's Ray workers, which unpickle our loss.
 Idempotent; raises with the installed NeMo-RL version if a hook point has moved.
 """
 
@@ -19,17 +20,20 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.nemo_rl.estimator import ESTIMATOR_NAMES, MMPOAdvantageEstimator, config_value
+from nemo_mmpo.nemo_rl.estimator import MMPOAdvantageEstimator, config_value, is_our_estimator
 
 SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
-ESTIMATOR_MODULES = (
+HOOKED_MODULES = (
     "nemo_rl.algorithms.grpo",
     "nemo_rl.algorithms.grpo_sync",
     "nemo_rl.algorithms.single_controller_utils.setup",
 )
 MARK = "_nemo_mmpo_original"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class _State:
@@ -41,8 +45,8 @@ def _nemo_rl_version() -> str:
         import nemo_rl
 
         return str(getattr(nemo_rl, "__version__", "unknown"))
-    except ImportError:
-        return "not installed"
+    except Exception:
+        return "not importable"
 
 
 def _hook_error(detail: str) -> RuntimeError:
@@ -57,12 +61,12 @@ def _estimator_factory(original: Any) -> Any:
     def create_advantage_estimator(master_config: Any, *args: Any, **kwargs: Any) -> Any:
         grpo_config = config_value(master_config, "grpo")
         estimator_config = config_value(grpo_config, "adv_estimator")
-        if config_value(estimator_config, "name") in ESTIMATOR_NAMES:
+        if is_our_estimator(config_value(estimator_config, "name")):
             estimator = MMPOAdvantageEstimator(
                 estimator_config, config_value(master_config, "loss_fn")
             )
             _State.active_estimator = estimator
-            print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings}")
+            print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
             return estimator
         _State.active_estimator = None
         return original(master_config, *args, **kwargs)
@@ -89,57 +93,117 @@ def _metrics_logger(original: Any) -> Any:
         metrics = kwargs.get("metrics", args[2] if len(args) > 2 else None)
         estimator = _State.active_estimator
         if isinstance(metrics, dict) and estimator is not None:
-            metrics.update(estimator.last_metrics)
+            # NeMo-RL sums each list-valued step metric over micro-batches and prints
+            # "Skipping aggregation" for scalars: a one-element list aggregates to the value.
+            metrics.update({key: [value] for key, value in estimator.last_metrics.items()})
         return result
 
     setattr(log_rewards_and_advantages, MARK, original)
     return log_rewards_and_advantages
 
 
-_HOOKS = {
+HOOKS = {
     "_create_advantage_estimator": _estimator_factory,
     "ClippedPGLossFn": _loss_factory,
     "_log_mixed_rewards_and_advantages_information": _metrics_logger,
 }
 
 
-def _import_optional(name: str) -> Any:
+def _import(name: str, required: bool) -> Any:
     try:
         return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if not required and error.name is not None and name.startswith(error.name):
+            return None  # this NeMo-RL version has no such module
+        raise _hook_error(f"importing {name} failed ({error!r})") from error
+    except Exception as error:  # a broken dependency (e.g. antlr4 4.13 breaking hydra)
+        raise _hook_error(
+            f"importing {name} failed ({error!r}); check that NeMo-RL's own environment is "
+            "intact (for example `uv run --project $NEMO_RL_PATH python -c 'import nemo_rl."
+            "algorithms.grpo'`)"
+        ) from error
+
+
+def worker_pythonpath() -> str:
+    """The directory that makes ``import nemo_mmpo`` work in NeMo-RL's Ray workers."""
+    if PACKAGE_ROOT.name not in ("site-packages", "dist-packages"):
+        return str(PACKAGE_ROOT)  # a source checkout: its root holds nemo_mmpo/ and nothing else
+    # Installed into an environment: expose only our package, not the driver's site-packages.
+    link_dir = Path(os.environ.get("NEMO_MMPO_WORKER_PATH", Path.home() / ".cache/nemo-mmpo/path"))
+    link_dir.mkdir(parents=True, exist_ok=True)
+    link = link_dir / "nemo_mmpo"
+    target = PACKAGE_ROOT / "nemo_mmpo"
+    if not (link.is_symlink() and link.resolve() == target):
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=True)
+    return str(link_dir)
+
+
+def _reach_ray_workers() -> str:
+    """Put :func:`worker_pythonpath` on ``PYTHONPATH`` before NeMo-RL starts Ray.
+
+    NeMo-RL's ``init_ray`` hands the driver's environment to every worker, so this is enough
+    when :func:`install` runs first; if Ray is already up, the workers cannot be reached.
+    """
+    path = worker_pythonpath()
+    entries = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if path in entries:
+        return path
+    try:
+        import ray
+
+        ray_started = ray.is_initialized()
     except ImportError:
-        return None
+        ray_started = False
+    if ray_started:
+        raise RuntimeError(
+            "nemo-mmpo: install() was called after Ray started, so NeMo-RL's workers cannot "
+            "import nemo_mmpo to unpickle its loss. Call nemo_mmpo.nemo_rl.install() before "
+            f"init_ray()/setup(), or export PYTHONPATH={path}{os.pathsep}$PYTHONPATH before "
+            "starting the driver (and the Ray cluster)"
+        )
+    os.environ["PYTHONPATH"] = os.pathsep.join([path, *entries])
+    return path
 
 
 def install() -> list[str]:
-    """Hook our estimators and loss into NeMo-RL's GRPO; returns the attributes wrapped.
+    """Hook our estimators and loss into NeMo-RL's GRPO.
 
-    Safe to call many times and in every process (driver or Ray worker).
+    Safe to call many times. Call it in the driver before NeMo-RL starts Ray.
+
+    Returns:
+        Every ``module.attribute`` of NeMo-RL that is hooked after the call (those hooked by an
+        earlier call included).
 
     Raises:
-        RuntimeError: NeMo-RL is missing, or its GRPO module lacks a hook point.
+        RuntimeError: NeMo-RL fails to import, its GRPO module lacks a hook point, or Ray is
+            already running without nemo_mmpo on the workers' ``PYTHONPATH``.
     """
-    try:
-        grpo = importlib.import_module("nemo_rl.algorithms.grpo")
-    except ImportError as error:
-        raise _hook_error(f"importing nemo_rl.algorithms.grpo failed ({error})") from error
-    for attribute in _HOOKS:
+    grpo = _import("nemo_rl.algorithms.grpo", required=True)
+    for attribute in HOOKS:
         if not hasattr(grpo, attribute):
             raise _hook_error(f"nemo_rl.algorithms.grpo has no attribute {attribute!r}")
-    wrapped = []
-    for module_name in ESTIMATOR_MODULES:
-        module = grpo if module_name == grpo.__name__ else _import_optional(module_name)
+    _reach_ray_workers()
+    hooked = []
+    for module_name in HOOKED_MODULES:
+        module = grpo if module_name == grpo.__name__ else _import(module_name, required=False)
         if module is None:
             continue
-        for attribute, make_wrapper in _HOOKS.items():
+        for attribute, make_wrapper in HOOKS.items():
             current = getattr(module, attribute, None)
-            if current is None or hasattr(current, MARK):
+            if current is None:
                 continue
-            setattr(module, attribute, make_wrapper(current))
-            wrapped.append(f"{module_name}.{attribute}")
-    return wrapped
+            if not hasattr(current, MARK):
+                setattr(module, attribute, make_wrapper(current))
+            hooked.append(f"{module_name}.{attribute}")
+    return hooked
 
 
 def is_installed() -> bool:
     """Whether NeMo-RL's GRPO currently builds our estimators."""
-    grpo = _import_optional("nemo_rl.algorithms.grpo")
-    return grpo is not None and hasattr(getattr(grpo, "_create_advantage_estimator", None), MARK)
+    try:
+        grpo = importlib.import_module("nemo_rl.algorithms.grpo")
+    except Exception:
+        return False
+    return hasattr(getattr(grpo, "_create_advantage_estimator", None), MARK)

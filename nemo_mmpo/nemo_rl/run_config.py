@@ -19,10 +19,17 @@ from typing import Any
 import yaml
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl.estimator import ESTIMATOR_NAMES, read_estimator_settings
+from nemo_mmpo.nemo_rl.estimator import (
+    NEMO_RL_BUILTIN_ESTIMATORS,
+    is_our_estimator,
+    read_estimator_settings,
+)
+from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 
 CONTAINER_NEMO_RL = Path("/opt/nemo-rl")
 LINK_NAME = "nemo_rl"
+#: this checkout's recipes (their ``defaults`` name ``nemo_rl/<file>.yaml``)
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
 
 def find_nemo_rl_root() -> Path | None:
@@ -169,8 +176,11 @@ def load_run_config(
     (``use_nemo_rl`` None) or asked for, our own equivalent otherwise.
     """
     path = Path(path)
-    if not path.exists():
-        raise MMPOInputError(f"config file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise MMPOInputError(f"config file {str(path)!r} does not exist or is not a file")
+    nemo_rl_root = find_nemo_rl_root()
+    if nemo_rl_root is not None and path.resolve().parent == CONFIGS_DIR.resolve():
+        link_nemo_rl_configs(CONFIGS_DIR, nemo_rl_root)
     if use_nemo_rl is not False:
         try:
             from nemo_rl.utils import config as nemo_rl_config
@@ -204,50 +214,98 @@ def _get(config: dict[str, Any], dotted: str, default: Any = None) -> Any:
     return node
 
 
+LOSS_NAMES = ("mmpo", "clipped_pg")
+
+
+def _validate_estimator(config: dict[str, Any], group_size: int, warnings: list[str]) -> None:
+    estimator_config = _get(config, "grpo.adv_estimator", {}) or {}
+    name = estimator_config.get("name")
+    if name is None:
+        raise MMPOInputError("grpo.adv_estimator.name is missing")
+    if not is_our_estimator(name) and name not in NEMO_RL_BUILTIN_ESTIMATORS:
+        read_estimator_settings(estimator_config)  # raises, naming both lists of names
+    if not is_our_estimator(name):
+        return
+    settings = read_estimator_settings(estimator_config)
+    if settings.estimator == "unbiased":
+        order = settings.objective.truncation_order
+        if group_size < 2 or order > group_size:
+            raise MMPOInputError(
+                f"grpo.adv_estimator.estimator=unbiased with truncation_order={order} and "
+                f"grpo.num_generations_per_prompt={group_size}: the unbiased estimator needs "
+                "2 <= G and T <= G. Raise num_generations_per_prompt, lower truncation_order, "
+                "or use estimator=plugin"
+            )
+    k = settings.options.get("k")
+    if k is not None and k > group_size:
+        raise MMPOInputError(
+            f"grpo.adv_estimator.k={k} exceeds grpo.num_generations_per_prompt={group_size}; "
+            "pass@k needs k <= G"
+        )
+    scaling = bool(_get(config, "grpo.reward_scaling.enabled", False))
+    shaping = bool(_get(config, "grpo.reward_shaping.enabled", False))
+    if (scaling or shaping) and settings.reward_threshold is None:
+        raise MMPOInputError(
+            "grpo.reward_scaling.enabled or grpo.reward_shaping.enabled is true, so rewards "
+            "will not be 0/1, but MMPO needs binary rewards. Set both to false or set "
+            "grpo.adv_estimator.reward_threshold"
+        )
+    clip_high = _get(config, "grpo.advantage_clip_high")
+    if clip_high is not None and settings.objective.name.startswith("mmpo"):
+        weight_max = sum(settings.objective.weight_coefficients())
+        warnings.append(
+            f"grpo.advantage_clip_high={clip_high} clips MMPO advantages, whose weight "
+            f"reaches {weight_max:g} at f = 1"
+        )
+
+
+def _validate_loss(config: dict[str, Any], rollouts: int, warnings: list[str]) -> None:
+    loss_config = _get(config, "loss_fn", {}) or {}
+    loss_name = loss_config.get("name")
+    if loss_name not in (None, *LOSS_NAMES):
+        raise MMPOInputError(
+            f"loss_fn.name={loss_name!r}: use 'mmpo' (NeMo-RL's clipped surrogate with MMPO's "
+            "metrics) or 'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
+        )
+    if loss_name == "mmpo":
+        warnings.extend(
+            f"{deviation}: loss_fn.name=mmpo computes NeMo-RL's loss with this value"
+            for deviation in paper_setting_deviations(loss_config)
+        )
+    if _get(config, "grpo.async_grpo.enabled", False) and not loss_config.get(
+        "use_importance_sampling_correction", False
+    ):
+        raise MMPOInputError(
+            "grpo.async_grpo.enabled=true needs loss_fn.use_importance_sampling_correction=true "
+            "(NeMo-RL's async trainer asserts it: rollouts come from an older policy)"
+        )
+    global_batch = _get(config, "policy.train_global_batch_size")
+    if loss_config.get("force_on_policy_ratio") and global_batch != rollouts:
+        raise MMPOInputError(
+            f"loss_fn.force_on_policy_ratio=true needs policy.train_global_batch_size="
+            f"{rollouts} (one optimizer step per rollout batch), not {global_batch}"
+        )
+    kl = loss_config.get("reference_policy_kl_penalty") or 0
+    if kl == 0 and _get(config, "grpo.skip_reference_policy_logprobs_calculation") is False:
+        warnings.append(
+            "loss_fn.reference_policy_kl_penalty=0 but "
+            "grpo.skip_reference_policy_logprobs_calculation=false: the reference log-probs "
+            "are computed every step and unused"
+        )
+
+
 def validate_run_config(config: dict[str, Any]) -> list[str]:
     """Check the settings MMPO depends on; returns warnings, raises on errors."""
     warnings: list[str] = []
-    estimator_config = _get(config, "grpo.adv_estimator", {}) or {}
-    name = estimator_config.get("name")
     prompts = _get(config, "grpo.num_prompts_per_step")
     group_size = _get(config, "grpo.num_generations_per_prompt")
     for key, value in (
         ("num_prompts_per_step", prompts),
         ("num_generations_per_prompt", group_size),
     ):
-        if not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise MMPOInputError(f"grpo.{key}={value!r}: give an integer >= 1")
-    if name in ESTIMATOR_NAMES:
-        settings = read_estimator_settings(estimator_config)
-        if settings.name == "mmpo" and settings.estimator == "unbiased":
-            if settings.truncation_order > group_size:
-                raise MMPOInputError(
-                    f"grpo.adv_estimator.truncation_order={settings.truncation_order} exceeds "
-                    f"grpo.num_generations_per_prompt={group_size}: the unbiased estimator needs "
-                    "T <= G. Lower the order, raise G, or use estimator=plugin"
-                )
-        if settings.name in ("passk_chen", "pkpo") and settings.k > group_size:
-            raise MMPOInputError(
-                f"grpo.adv_estimator.k={settings.k} exceeds grpo.num_generations_per_prompt="
-                f"{group_size}; pass@k needs k <= G"
-            )
-        scaling = bool(_get(config, "grpo.reward_scaling.enabled", False))
-        shaping = bool(_get(config, "grpo.reward_shaping.enabled", False))
-        if (scaling or shaping) and settings.reward_threshold is None:
-            raise MMPOInputError(
-                "grpo.reward_scaling.enabled or grpo.reward_shaping.enabled is true, so rewards "
-                "will not be 0/1, but MMPO needs binary rewards. Set both to false or set "
-                "grpo.adv_estimator.reward_threshold"
-            )
-        clip_high = _get(config, "grpo.advantage_clip_high")
-        if clip_high is not None and settings.name == "mmpo":
-            weight_max = settings.objective().weight_coefficients()
-            warnings.append(
-                f"grpo.advantage_clip_high={clip_high} clips MMPO advantages, whose weight "
-                f"reaches {sum(weight_max):g} at f = 1"
-            )
-    elif name is None:
-        raise MMPOInputError("grpo.adv_estimator.name is missing")
+    _validate_estimator(config, group_size, warnings)
     global_batch = _get(config, "policy.train_global_batch_size")
     rollouts = prompts * group_size
     if isinstance(global_batch, int) and global_batch > 0 and rollouts % global_batch:
@@ -255,11 +313,7 @@ def validate_run_config(config: dict[str, Any]) -> list[str]:
             f"policy.train_global_batch_size={global_batch} must divide the rollouts per step "
             f"(num_prompts_per_step x num_generations_per_prompt = {rollouts})"
         )
-    if _get(config, "loss_fn.name") not in (None, "mmpo", "clipped_pg"):
-        raise MMPOInputError(
-            f"loss_fn.name={_get(config, 'loss_fn.name')!r}: use 'mmpo' (the paper's loss) or "
-            "'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
-        )
+    _validate_loss(config, rollouts, warnings)
     return warnings
 
 
@@ -315,13 +369,9 @@ def run_plan(loaded: LoadedConfig) -> str:
         f"{_get(config, 'policy.generation.temperature')}, top-p "
         f"{_get(config, 'policy.generation.top_p')}"
     )
-    if estimator.get("name") in ESTIMATOR_NAMES:
+    if is_our_estimator(estimator.get("name")):
         settings = read_estimator_settings(estimator)
-        objective = settings.objective()
-        lines.append(
-            f"advantage: nemo-mmpo {settings.name} ({settings.registry_call()[0]}), objective "
-            f"{objective.name}, a_k = {list(objective.coefficients)}"
-        )
+        lines.append(f"advantage: nemo-mmpo {settings.describe()}")
     else:
         lines.append(f"advantage: NeMo-RL built-in {estimator.get('name')!r}")
     lines.append(
