@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     if not all(_importable(name) for name in ("torch", "yaml")):
         reexecute_in_nemo_rl(argv, "torch and pyyaml are not importable here")
-    if not args.dry_run and not _importable("nemo_rl"):
+    if not (args.dry_run or args.prepare_data) and not _importable("nemo_rl"):
         reexecute_in_nemo_rl(argv, "nemo_rl is not importable here")
 
     from nemo_mmpo.errors import MMPOInputError
@@ -117,12 +117,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from nemo_mmpo.nemo_rl import install
 
-    wrapped = install()
-    print(f"[nemo-mmpo] installed into NeMo-RL: {', '.join(wrapped) or 'already installed'}")
-    # Ray workers inherit PYTHONPATH: they unpickle our loss and may build our estimator.
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
+    # NeMo-RL's run_grpo.py builds the loss inside setup() and the estimator inside the
+    # trainer, so both are hooked; install() also puts nemo_mmpo on the Ray workers' path.
+    try:
+        hooked = install()
+    except RuntimeError as error:
+        print(f"run_mmpo_math.py: {error}", file=sys.stderr)
+        return 1
+    print(f"[nemo-mmpo] hooked into NeMo-RL: {', '.join(hooked)}")
     os.chdir(REPO_ROOT)  # relative paths in the recipes (data, prompts, logs) start here
     run_grpo = nemo_rl_root / "examples" / "run_grpo.py"
     sys.argv = [str(run_grpo), "--config", str(args.config.resolve()), *overrides]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (if missing) and run lint + the whole CPU test suite.
+# Set up a virtual environment (if missing), run lint + the whole CPU test suite, then the
+# NeMo-RL suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main).
 # Usage: bash scripts/test.sh [extra pytest args]
 # TORCH_SPEC picks the torch build (default torch==2.13.0, the version CI tests; on CI's machines
 # pip finds it as a local CPU-only wheel). Elsewhere, for a small CPU build:
@@ -19,3 +20,5 @@ fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/python" -m pytest "$@"
+# The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings).
+bash scripts/test_nemo_rl.sh

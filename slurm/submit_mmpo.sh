@@ -20,6 +20,7 @@ TIME="${TIME:-24:00:00}"
 JOB_NAME="${JOB_NAME:-mmpo-$(basename "$CONFIG" .yaml)-${NUM_NODES}n}"
 SBATCH="${SBATCH:-sbatch}"                            # the submit command (tests use a stand-in)
 EXTRA_MOUNTS="${EXTRA_MOUNTS:-}"                      # e.g. "/lustre/hf_cache:/root/.cache/huggingface"
+PYTHON="${PYTHON:-python3}"                           # login-node Python for the dry-run check
 # ----------------------------------------------------------------------------------------
 
 RAY_SUB="${RAY_SUB:-${NEMO_RL_HOST_DIR:-}/ray.sub}"
@@ -28,10 +29,18 @@ if [[ "$RAY_SUB" == "/ray.sub" ]]; then
     exit 2
 fi
 MOUNTS="$MMPO_DIR:$MMPO_DIR${EXTRA_MOUNTS:+,$EXTRA_MOUNTS}"
-OVERRIDES="cluster.num_nodes=$NUM_NODES cluster.gpus_per_node=$GPUS_PER_NODE $*"
+OVERRIDES=("cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" "$@")
 
 cd "$MMPO_DIR"  # ray.sub runs COMMAND from the submit directory and writes its logs here
-COMMAND="cd $MMPO_DIR && NEMO_RL_PATH=$NEMO_RL_DIR uv run --project $NEMO_RL_DIR python examples/run_mmpo_math.py --config $CONFIG $OVERRIDES" \
+# Validate the recipe and overrides before anything is queued (a typo fails here, not on GPUs).
+if ! NEMO_RL_PATH="${NEMO_RL_HOST_DIR}" "$PYTHON" examples/run_mmpo_math.py \
+        --config "$CONFIG" --dry-run "${OVERRIDES[@]}" >&2; then
+    echo "Not submitted: the configuration above is invalid (fix it, then submit again)" >&2
+    exit 2
+fi
+# COMMAND is run by a shell inside the container: quote each override (values may hold spaces).
+QUOTED_OVERRIDES="$(printf '%q ' "${OVERRIDES[@]}")"
+COMMAND="cd $(printf '%q' "$MMPO_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR uv run --project $NEMO_RL_DIR python examples/run_mmpo_math.py --config $(printf '%q' "$CONFIG") ${QUOTED_OVERRIDES% }" \
 CONTAINER="$CONTAINER" \
 MOUNTS="$MOUNTS" \
 GPUS_PER_NODE="$GPUS_PER_NODE" \

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,15 @@ def submit(script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: s
         "NEMO_RL_HOST_DIR": "/home/me/RL",
         "ACCOUNT": "acct",
         "PARTITION": "batch",
+        "PYTHON": sys.executable,
         **extra_env,
     }
-    subprocess.run(["bash", str(ROOT / "slurm" / script), *overrides], env=env, check=True)
+    subprocess.run(
+        ["bash", str(ROOT / "slurm" / script), *overrides],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return dict(line.split("=", 1) for line in record.read_text().splitlines())
 
 
@@ -76,3 +83,30 @@ def test_missing_ray_sub_location_is_explained(tmp_path):
         text=True,
     )
     assert "NEMO_RL_HOST_DIR" in result.stderr
+
+
+def test_invalid_override_is_refused_before_submission(tmp_path):
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        submit("mmpo_1node.sh", tmp_path, {}, "grpo.adv_estimator.name=mmpoo")
+    assert error.value.returncode == 2
+    assert "grpo.adv_estimator.name='mmpoo'" in error.value.stderr.decode()
+    assert "Not submitted" in error.value.stderr.decode()
+    assert not (tmp_path / "record.txt").exists()
+
+
+def test_override_values_with_spaces_survive_the_container_shell(tmp_path):
+    recorded = submit("mmpo_1node.sh", tmp_path, {}, "logger.wandb.name=mmpo run 1", "grpo.seed=7")
+    words = shlex.split(recorded["COMMAND"])
+    assert "logger.wandb.name=mmpo run 1" in words
+    assert words[-1] == "grpo.seed=7"
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    sorted(path.name for path in (ROOT / "examples" / "configs").glob("*.yaml")),
+)
+def test_every_recipe_submits(tmp_path, recipe):
+    recorded = submit(
+        "submit_mmpo.sh", tmp_path, {"CONFIG": f"examples/configs/{recipe}", "NUM_NODES": "2"}
+    )
+    assert f"--config examples/configs/{recipe}" in recorded["COMMAND"]

@@ -26,6 +26,7 @@ Keys that neither we nor NeMo-RL's estimators read are refused with the list of 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,8 +49,26 @@ MMPO_NAME = "mmpo"
 #: ``grpo.adv_estimator.name`` values that NeMo-RL's ``_create_advantage_estimator`` builds
 #: itself (v0.7.0 and main); ours never shadow them.
 NEMO_RL_BUILTIN_ESTIMATORS = ("grpo", "gdpo", "opd", "reinforce_plus_plus")
-#: Keys NeMo-RL's own estimators read; they may sit beside ours in a shared config.
-NEMO_RL_ESTIMATOR_KEYS = ("normalize_rewards", "use_leave_one_out_baseline", "minus_baseline")
+#: Keys NeMo-RL's own estimators read (v0.7.0 and main); they may sit beside ours in a shared
+#: config. The installed NeMo-RL's ``AdvEstimatorConfig`` fields are added when importable.
+NEMO_RL_ESTIMATOR_KEYS = (
+    "normalize_rewards",
+    "use_leave_one_out_baseline",
+    "minus_baseline",
+    "reward_weights",
+)
+
+
+def _nemo_rl_estimator_keys() -> set[str]:
+    keys = set(NEMO_RL_ESTIMATOR_KEYS)
+    for module_name in ("nemo_rl.algorithms.advantage_estimator", "nemo_rl.algorithms.grpo"):
+        module = sys.modules.get(module_name)  # only what the process already imported
+        config_class = getattr(module, "AdvEstimatorConfig", None)
+        keys |= set(getattr(config_class, "model_fields", None) or {})
+        keys |= set(getattr(config_class, "__annotations__", None) or {})
+    return keys
+
+
 MOMENT_KEYS = {
     "truncation_order": 4,
     "moment_transform": "none",
@@ -75,7 +94,7 @@ def known_estimator_keys() -> tuple[str, ...]:
     """Every key ``grpo.adv_estimator`` may hold when one of ours is selected."""
     options = {key for name in available_estimators() for key in estimator_options(name)}
     keys = {"name", "estimator", "reward_threshold", *MOMENT_KEYS, *options}
-    return tuple(sorted(keys | set(NEMO_RL_ESTIMATOR_KEYS)))
+    return tuple(sorted(keys | _nemo_rl_estimator_keys()))
 
 
 def config_value(config: Any, key: str, default: Any = None) -> Any:

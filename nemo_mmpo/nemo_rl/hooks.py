@@ -167,10 +167,16 @@ def _reach_ray_workers() -> str:
     return path
 
 
-def install() -> list[str]:
+def install(loss: bool = True) -> list[str]:
     """Hook our estimators and loss into NeMo-RL's GRPO.
 
     Safe to call many times. Call it in the driver before NeMo-RL starts Ray.
+
+    Args:
+        loss: also hook ``ClippedPGLossFn`` (needed when NeMo-RL's ``setup()`` builds the
+            loss, as in its ``run_grpo.py``). A driver that passes
+            ``MMPOClippedPGLossFn(master_config.loss_fn)`` to ``grpo_train`` itself can use
+            ``install(loss=False)``.
 
     Returns:
         Every ``module.attribute`` of NeMo-RL that is hooked after the call (those hooked by an
@@ -192,7 +198,7 @@ def install() -> list[str]:
             continue
         for attribute, make_wrapper in HOOKS.items():
             current = getattr(module, attribute, None)
-            if current is None:
+            if current is None or (attribute == "ClippedPGLossFn" and not loss):
                 continue
             if not hasattr(current, MARK):
                 setattr(module, attribute, make_wrapper(current))

@@ -167,6 +167,50 @@ def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
         return config
 
 
+def _import_nemo_rl_loader(required: bool) -> Any:
+    """NeMo-RL's config module, None if NeMo-RL is absent (and not ``required``)."""
+    try:
+        from nemo_rl.utils import config as nemo_rl_config
+    except ImportError:
+        if required:
+            raise
+        return None
+    except Exception as error:  # e.g. antlr4 4.13 breaking hydra-core 1.3
+        raise MMPOInputError(
+            f"NeMo-RL's config loader failed to import ({error!r}). NeMo-RL needs "
+            "antlr4-python3-runtime 4.9.3 and omegaconf 2.3 (its uv.lock); reinstall them in "
+            "NeMo-RL's environment"
+        ) from None
+    return nemo_rl_config
+
+
+def _load_with_nemo_rl(nemo_rl_config: Any, path: Path, overrides: Sequence[str]) -> LoadedConfig:
+    from omegaconf import OmegaConf
+
+    register = getattr(nemo_rl_config, "register_omegaconf_resolvers", None)
+    if register is not None:
+        register()
+    else:
+        _register_resolvers()
+    try:
+        config = nemo_rl_config.load_config(str(path))
+    except Exception as error:
+        raise MMPOInputError(f"config {str(path)!r} failed to load: {error}") from None
+    if overrides:
+        try:
+            config = nemo_rl_config.parse_hydra_overrides(config, list(overrides))
+        except Exception as error:
+            raise MMPOInputError(
+                f"overrides {' '.join(overrides)!r} were refused: {error}. Use key=value for "
+                "keys the config has and +key=value for new ones"
+            ) from None
+    try:
+        resolved = OmegaConf.to_container(config, resolve=True)
+    except Exception as error:
+        raise MMPOInputError(f"config {str(path)!r} does not resolve: {error}") from None
+    return LoadedConfig(resolved, [], loader="nemo_rl.utils.config")
+
+
 def load_run_config(
     path: str | Path, overrides: Sequence[str] = (), use_nemo_rl: bool | None = None
 ) -> LoadedConfig:
@@ -182,23 +226,9 @@ def load_run_config(
     if nemo_rl_root is not None and path.resolve().parent == CONFIGS_DIR.resolve():
         link_nemo_rl_configs(CONFIGS_DIR, nemo_rl_root)
     if use_nemo_rl is not False:
-        try:
-            from nemo_rl.utils import config as nemo_rl_config
-            from omegaconf import OmegaConf
-        except ImportError:
-            if use_nemo_rl:
-                raise
-        else:
-            register = getattr(nemo_rl_config, "register_omegaconf_resolvers", None)
-            if register is not None:
-                register()
-            else:
-                _register_resolvers()
-            config = nemo_rl_config.load_config(str(path))
-            if overrides:
-                config = nemo_rl_config.parse_hydra_overrides(config, list(overrides))
-            resolved = OmegaConf.to_container(config, resolve=True)
-            return LoadedConfig(resolved, [], loader="nemo_rl.utils.config")
+        nemo_rl_config = _import_nemo_rl_loader(required=bool(use_nemo_rl))
+        if nemo_rl_config is not None:
+            return _load_with_nemo_rl(nemo_rl_config, path, overrides)
     unresolved: list[str] = []
     config = _load_with_defaults(path, unresolved)
     config = apply_overrides(config, overrides)
@@ -334,24 +364,39 @@ def run_plan(loaded: LoadedConfig) -> str:
         pipeline = 1
         context = _get(config, "policy.dtensor_cfg.context_parallel_size", 1)
         backend = "DTensor"
+    colocated = _get(config, "policy.generation.colocated.enabled", True)
+    generation_gpus = 0
+    if not colocated:
+        resources = _get(config, "policy.generation.colocated.resources", {}) or {}
+        generation_gpus = (resources.get("num_nodes") or 1) * (resources.get("gpus_per_node") or 0)
+    training_gpus = gpus - generation_gpus
     model_parallel = tensor * pipeline * context
-    data_parallel = gpus // model_parallel if gpus % model_parallel == 0 else None
+    data_parallel = (
+        training_gpus // model_parallel
+        if training_gpus > 0 and training_gpus % model_parallel == 0
+        else None
+    )
     prompts = _get(config, "grpo.num_prompts_per_step")
     group_size = _get(config, "grpo.num_generations_per_prompt")
     rollouts = prompts * group_size
     global_batch = _get(config, "policy.train_global_batch_size")
     micro_batch = _get(config, "policy.train_micro_batch_size")
     vllm_tp = _get(config, "policy.generation.vllm_cfg.tensor_parallel_size", 1)
-    colocated = _get(config, "policy.generation.colocated.enabled", True)
+    placement = (
+        "colocated with training"
+        if colocated
+        else f"on separate GPUs ({generation_gpus} for generation, {training_gpus} for training)"
+    )
+    mode = "asynchronous GRPO" if _get(config, "grpo.async_grpo.enabled", False) else "GRPO"
     estimator = _get(config, "grpo.adv_estimator", {}) or {}
     lines = [
         f"config loader: {loaded.loader}",
         f"model: {_get(config, 'policy.model_name')}",
         f"cluster: {nodes} node(s) x {gpus_per_node} GPU(s) = {gpus} GPU(s)",
-        f"training: {backend}, tensor {tensor} x pipeline {pipeline} x context {context}"
+        f"training: {mode}, {backend}, tensor {tensor} x pipeline {pipeline} x context {context}"
         f" -> data parallel {data_parallel if data_parallel else 'INVALID (does not divide GPUs)'}",
         f"generation: {_get(config, 'policy.generation.backend', 'vllm')}, tensor parallel "
-        f"{vllm_tp}, {'colocated with training' if colocated else 'on separate GPUs'}",
+        f"{vllm_tp}, {placement}",
         f"rollouts/step: {prompts} prompts x {group_size} generations = {rollouts}",
     ]
     if isinstance(global_batch, int) and global_batch:

@@ -30,6 +30,8 @@ def test_there_are_recipes_for_mmpo_and_every_baseline():
         "passk_math_qwen3_1.7b",
         "maxrl_math_qwen3_1.7b",
         "mmpo_math_qwen3_8b_2nodes",
+        "mmpo_math_qwen3_32b_4nodes",
+        "mmpo_math_qwen3_4b_async",
     } <= names
 
 
@@ -38,7 +40,11 @@ def test_recipe_loads_and_validates(recipe):
     loaded = load_run_config(recipe, use_nemo_rl=False)
     validate_run_config(loaded.config)
     plan = run_plan(loaded)
-    assert "Megatron" in plan and "colocated with training" in plan
+    assert "Megatron" in plan and "INVALID" not in plan
+    if config_is_async(loaded.config):
+        assert "asynchronous GRPO" in plan and "on separate GPUs (8 for generation" in plan
+    else:
+        assert "colocated with training" in plan
     config = loaded.config
     assert config["loss_fn"]["name"] == "mmpo"
     assert config["loss_fn"]["reference_policy_kl_penalty"] == 0.0
@@ -50,6 +56,20 @@ def test_recipe_loads_and_validates(recipe):
         total
         == config["data"]["max_input_seq_length"] + config["policy"]["generation"]["max_new_tokens"]
     )
+
+
+def config_is_async(config):
+    return bool(config["grpo"].get("async_grpo", {}).get("enabled"))
+
+
+def test_scale_recipes_state_their_parallel_layout():
+    plan = run_plan(load_run_config(ROOT / "examples/configs/mmpo_math_qwen3_32b_4nodes.yaml"))
+    assert "4 node(s) x 8 GPU(s) = 32 GPU(s)" in plan
+    assert "tensor 4 x pipeline 2 x context 1 -> data parallel 4" in plan
+    assert "tensor parallel 4, colocated with training" in plan
+    plan = run_plan(load_run_config(ROOT / "examples/configs/mmpo_math_qwen3_4b_async.yaml"))
+    assert "asynchronous GRPO" in plan and "-> data parallel 8" in plan
+    assert "on separate GPUs (8 for generation, 8 for training)" in plan
 
 
 def test_paper_recipe_values():
@@ -143,6 +163,7 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeyp
     """A NeMo-RL-shaped checkout: the link is made and our loader merges the base like theirs."""
     import shutil
 
+    from nemo_mmpo.nemo_rl.run_config import LINK_NAME as LINK
     from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root, link_nemo_rl_configs
 
     checkout = tmp_path / "RL"
@@ -161,7 +182,8 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeyp
     monkeypatch.setenv("NEMO_RL_PATH", str(checkout))
     assert find_nemo_rl_root() == checkout.resolve()
     configs = tmp_path / "configs"
-    shutil.copytree(ROOT / "examples" / "configs", configs)
+    # the checkout's own link (made by other tests or the entry point) is not copied
+    shutil.copytree(ROOT / "examples" / "configs", configs, ignore=shutil.ignore_patterns(LINK))
     link = link_nemo_rl_configs(configs, checkout)
     assert link.is_symlink() and link_nemo_rl_configs(configs, checkout) == link
     loaded = load_run_config(configs / "mmpo_math_qwen3_1.7b.yaml", use_nemo_rl=False)
@@ -178,3 +200,73 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeyp
     (configs / "nemo_rl").mkdir()
     with pytest.raises(MMPOInputError, match="is not a link"):
         link_nemo_rl_configs(configs, checkout)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        (["grpo.adv_estimator.name=mmpoo"], ["grpo.adv_estimator.name='mmpoo'", "empirical_bayes"]),
+        (["grpo.adv_estimator.name=MMPO"], ["name='MMPO'", "did you mean 'mmpo'"]),
+        (["+grpo.adv_estimator.trunc_order=3"], ["grpo.adv_estimator.trunc_order=3", "known keys"]),
+        (
+            [
+                "grpo.adv_estimator.estimator=unbiased",
+                "grpo.num_generations_per_prompt=1",
+                "grpo.adv_estimator.truncation_order=1",
+                "policy.train_global_batch_size=16",
+            ],
+            ["estimator=unbiased", "num_generations_per_prompt=1", "2 <= G"],
+        ),
+        (
+            ["grpo.async_grpo.enabled=true"],
+            ["loss_fn.use_importance_sampling_correction=true"],
+        ),
+        (
+            ["loss_fn.force_on_policy_ratio=true", "policy.train_global_batch_size=64"],
+            ["loss_fn.force_on_policy_ratio=true", "policy.train_global_batch_size=128"],
+        ),
+    ],
+    ids=["misspelt", "upper_case", "unknown_key", "unbiased_one_rollout", "async", "on_policy"],
+)
+def test_dry_run_refuses_invalid_input_naming_the_key(overrides, fragments):
+    result = subprocess.run(
+        [sys.executable, str(ENTRY_POINT), "--dry-run", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr
+
+
+def test_unbiased_with_order_equal_to_group_size_validates():
+    loaded = load_run_config(
+        ROOT / "examples/configs/mmpo_math_qwen3_1.7b.yaml",
+        ["grpo.adv_estimator.estimator=unbiased", "grpo.adv_estimator.truncation_order=8"],
+    )
+    validate_run_config(loaded.config)
+
+
+@pytest.mark.parametrize("as_model", [False, True])
+def test_non_paper_loss_settings_are_warned_for_dict_and_model_configs(as_model):
+    from pydantic import BaseModel, ConfigDict
+
+    from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
+
+    class LossConfig(BaseModel):  # the shape of NeMo-RL's ClippedPGLossConfig
+        model_config = ConfigDict(extra="allow")
+        reference_policy_kl_penalty: float = 0.01
+        ratio_clip_max: float = 0.2
+
+    values = {"name": "mmpo", "reference_policy_kl_penalty": 0.01, "ratio_clip_max": 0.2}
+    config = LossConfig(**values) if as_model else values
+    assert paper_setting_deviations(config) == [
+        "loss_fn.reference_policy_kl_penalty=0.01 (paper: 0.0)"
+    ]
+    loaded = load_run_config(
+        ROOT / "examples/configs/mmpo_math_qwen3_1.7b.yaml",
+        ["loss_fn.reference_policy_kl_penalty=0.01"],
+    )
+    warnings = validate_run_config(loaded.config)
+    assert any("reference_policy_kl_penalty=0.01 (paper: 0.0)" in item for item in warnings)

@@ -154,3 +154,74 @@ def test_unbiased_order_above_group_size_is_reported_with_the_group_size():
     prompt_ids, rewards, mask = batch()
     with pytest.raises(MMPOInputError, match="only 8 valid"):
         adapter.compute_advantage(prompt_ids, rewards, mask)
+
+
+def test_names_come_from_the_core_registry_and_a_new_estimator_needs_no_adapter_edit():
+    from nemo_mmpo import estimators, register_estimator
+    from nemo_mmpo.nemo_rl import estimator_names
+
+    names = estimator_names()
+    assert {"mmpo", "empirical_bayes", "pkpo", "passk_chen", "maxrl"} <= set(names)
+    assert "grpo" not in names  # NeMo-RL's own name is never shadowed
+
+    @register_estimator("halved_plugin_for_test")
+    def halved(groups, objective, scale: float = 0.5):
+        return scale * estimators.get_estimator("plugin")(groups, objective)
+
+    try:
+        adapter = MMPOAdvantageEstimator({"name": "halved_plugin_for_test", "scale": 0.25})
+        prompt_ids, rewards, mask = batch()
+        advantages = adapter.compute_advantage(prompt_ids, rewards, mask)
+        plugin = compute_advantages(
+            rewards, group_ids_from_prompt_rows(prompt_ids), moment_objective("mmpo", 4)
+        )
+        assert torch.equal(advantages[:, 0], 0.25 * plugin)
+    finally:
+        estimators._REGISTRY.pop("halved_plugin_for_test")
+        estimators._OBJECTIVE_KINDS.pop("halved_plugin_for_test")
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "empirical_bayes"])
+def test_any_registered_estimator_through_the_mmpo_name(estimator):
+    adapter = MMPOAdvantageEstimator({"name": "mmpo", "estimator": estimator})
+    prompt_ids, rewards, mask = batch()
+    advantages = adapter.compute_advantage(prompt_ids, rewards, mask)
+    expected = compute_advantages(
+        rewards, group_ids_from_prompt_rows(prompt_ids), adapter.objective, estimator
+    )
+    assert torch.equal(advantages[:, 0], expected)
+
+
+@pytest.mark.parametrize(
+    ("config", "order"),
+    [({"name": "mmpo", "truncation_order": 6}, 6), ({"name": "pkpo", "truncation_order": 5}, 5)],
+)
+def test_diagnostics_follow_the_configured_truncation_order(config, order):
+    adapter = MMPOAdvantageEstimator(config)
+    adapter.compute_advantage(*batch())
+    assert f"mmpo/failure_moment_{order}" in adapter.last_metrics
+    assert f"mmpo/failure_moment_{order + 1}" not in adapter.last_metrics
+
+
+def test_prompts_sharing_a_prefix_or_first_token_form_their_own_groups():
+    shared = torch.tensor(
+        [[5, 6, 7, 0], [5, 6, 8, 0], [5, 9, 9, 9], [5, 6, 7, 1], [5, 6, 7, 0], [5, 6, 8, 0]]
+    )
+    prompt_ids = shared.repeat_interleave(2, dim=0)
+    _, inverse = torch.unique(prompt_ids, dim=0, return_inverse=True)
+    group_ids = group_ids_from_prompt_rows(prompt_ids)
+    assert torch.equal(group_ids[:, None] == group_ids[None, :], inverse[:, None] == inverse)
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"name": "mmpo", "trunc_order": 3}, "grpo.adv_estimator.trunc_order=3"),
+        ({"name": "MMPO"}, "did you mean 'mmpo'"),
+        ({"name": "mmpo", "estimator": "grpo", "leave_one_out": "yes"}, "leave_one_out='yes'"),
+    ],
+)
+def test_unknown_keys_and_values_are_named(config, fragment):
+    with pytest.raises(MMPOInputError) as error:
+        read_estimator_settings(config)
+    assert fragment in str(error.value)

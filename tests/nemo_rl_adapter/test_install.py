@@ -1,186 +1,191 @@
-"""install() against a small stand-in package shaped like NeMo-RL's hook points.
-
-The stand-in is written here (not copied from NeMo-RL): ``nemo_rl.algorithms.grpo`` with an
-if/elif ``_create_advantage_estimator`` that raises on unknown names, a ``ClippedPGLossFn``
-built by ``setup()``, the metrics logger, and ``grpo_sync`` importing them by name. The
-contract tests in ``test_contract_nemo_rl.py`` repeat the important checks on the real one.
-"""
+"""``install()`` against the real NeMo-RL (Python 3.13 suite; skipped where it cannot import)."""
 
 from __future__ import annotations
 
+import importlib
+import os
+import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
+from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
-FAKE_GRPO = """
-__version__ = "0.0.fake"
+grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
+advantage_module = import_nemo_rl("nemo_rl.algorithms.advantage_estimator")
+loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 
-class GRPOAdvantageEstimator:
-    def __init__(self, estimator_config, loss_config):
-        self.config = estimator_config
-
-class ClippedPGLossFn:
-    def __init__(self, cfg, use_fused_linear_logprobs=False):
-        self.cfg = cfg
-        self.use_fused_linear_logprobs = use_fused_linear_logprobs
-    def __call__(self, next_token_logprobs, data, global_valid_seqs, global_valid_toks):
-        return next_token_logprobs.sum() * 0, {"loss": 0.0}
-
-def _create_advantage_estimator(master_config):
-    config = master_config.grpo["adv_estimator"]
-    if config["name"] == "grpo":
-        return GRPOAdvantageEstimator(config, master_config.loss_fn)
-    raise ValueError(f"Invalid adv_estimator name: {config['name']}")
-
-def _log_mixed_rewards_and_advantages_information(
-    logger, total_steps, metrics, baseline, advantages
-):
-    metrics["advantages/mean"] = float(advantages.mean())
-
-def setup(master_config):
-    return ClippedPGLossFn(master_config.loss_fn)
-
-def train_step(master_config, prompt_ids, rewards, mask):
-    estimator = _create_advantage_estimator(master_config)
-    metrics = {}
-    advantages = estimator.compute_advantage(prompt_ids=prompt_ids, rewards=rewards, mask=mask)
-    _log_mixed_rewards_and_advantages_information(None, 0, metrics, rewards, advantages)
-    return advantages, metrics
-"""
-
-FAKE_SYNC = """
-from nemo_rl.algorithms.grpo import (
-    _create_advantage_estimator,
-    _log_mixed_rewards_and_advantages_information,
-)
-"""
-
-FAKE_LOSS_INIT = """
-from nemo_rl.algorithms.grpo import ClippedPGLossFn
-"""
+from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install, is_installed
+from nemo_mmpo.nemo_rl.hooks import HOOKED_MODULES, HOOKS, worker_pythonpath
+from nemo_mmpo.nemo_rl.loss import MMPOClippedPGLossFn
 
 
-class Config:
-    def __init__(self, grpo, loss_fn):
-        self.grpo = grpo
-        self.loss_fn = loss_fn
-
-
-@pytest.fixture
-def fake_nemo_rl(tmp_path, monkeypatch):
-    package = tmp_path / "nemo_rl"
-    (package / "algorithms" / "loss").mkdir(parents=True)
-    (package / "__init__.py").write_text('__version__ = "0.0.fake"\n')
-    (package / "algorithms" / "__init__.py").write_text("")
-    (package / "algorithms" / "grpo.py").write_text(textwrap.dedent(FAKE_GRPO))
-    (package / "algorithms" / "grpo_sync.py").write_text(textwrap.dedent(FAKE_SYNC))
-    (package / "algorithms" / "loss" / "__init__.py").write_text(textwrap.dedent(FAKE_LOSS_INIT))
-    for name in [name for name in sys.modules if name.split(".")[0] == "nemo_rl"]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.delitem(sys.modules, "nemo_mmpo.nemo_rl.loss", raising=False)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import nemo_rl.algorithms.grpo as grpo
-    import nemo_rl.algorithms.grpo_sync as grpo_sync
-
-    yield grpo, grpo_sync
-    for name in [name for name in sys.modules if name.split(".")[0] == "nemo_rl"]:
-        del sys.modules[name]
-    sys.modules.pop("nemo_mmpo.nemo_rl.loss", None)
-
-
-def example_batch():
-    prompt_ids = torch.tensor([[1, 2]] * 4 + [[3, 4]] * 4)
-    rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0])
-    return prompt_ids, rewards, torch.ones(8, 3)
-
-
-def test_install_routes_our_names_and_leaves_builtins(fake_nemo_rl):
-    from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install, is_installed
-
-    grpo, grpo_sync = fake_nemo_rl
-    assert not is_installed()
-    wrapped = install()
-    assert "nemo_rl.algorithms.grpo._create_advantage_estimator" in wrapped
-    assert "nemo_rl.algorithms.grpo_sync._create_advantage_estimator" in wrapped
-    assert is_installed()
-    ours = Config({"adv_estimator": {"name": "mmpo", "truncation_order": 4}}, {})
-    theirs = Config({"adv_estimator": {"name": "grpo"}}, {})
-    assert isinstance(grpo._create_advantage_estimator(ours), MMPOAdvantageEstimator)
-    assert isinstance(grpo_sync._create_advantage_estimator(ours), MMPOAdvantageEstimator)
-    assert isinstance(grpo._create_advantage_estimator(theirs), grpo.GRPOAdvantageEstimator)
-    with pytest.raises(ValueError, match="Invalid adv_estimator name: nope"):
-        grpo._create_advantage_estimator(Config({"adv_estimator": {"name": "nope"}}, {}))
-
-
-def test_install_is_idempotent(fake_nemo_rl):
-    from nemo_mmpo.nemo_rl import install
-
-    grpo, _ = fake_nemo_rl
+def test_install_returns_every_hooked_name_and_is_idempotent():
     first = install()
-    hooked = grpo._create_advantage_estimator
-    assert install() == []
-    assert grpo._create_advantage_estimator is hooked
-    assert len(first) == 5  # grpo: 3 hooks; grpo_sync: estimator + logger
+    factory = grpo._create_advantage_estimator
+    assert install() == first
+    assert grpo._create_advantage_estimator is factory  # not wrapped twice
+    assert is_installed()
+    expected = []
+    for module_name in HOOKED_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            continue
+        expected += [f"{module_name}.{name}" for name in HOOKS if hasattr(module, name)]
+    assert first == expected
+    assert "nemo_rl.algorithms.grpo.ClippedPGLossFn" in first
 
 
-def test_sync_trainer_step_logs_our_metrics(fake_nemo_rl):
-    from nemo_mmpo.nemo_rl import install
-
-    grpo, _ = fake_nemo_rl
+def test_our_names_build_ours_and_builtins_stay_nemo_rls():
     install()
-    config = Config({"adv_estimator": {"name": "mmpo", "truncation_order": 2}}, {})
-    advantages, metrics = grpo.train_step(config, *example_batch())
-    assert advantages.shape == (8, 3)
-    assert "advantages/mean" in metrics
-    assert metrics["mmpo/failure_moment_2"] == pytest.approx((3 * 2 / 12 + 0) / 2)
-    grpo._create_advantage_estimator(Config({"adv_estimator": {"name": "grpo"}}, {}))
-    builtin_metrics = {}
-    grpo._log_mixed_rewards_and_advantages_information(
-        None, 0, builtin_metrics, torch.zeros(2), torch.zeros(2)
+    ours = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
+    assert isinstance(grpo._create_advantage_estimator(ours), MMPOAdvantageEstimator)
+    theirs = master_config_from_recipe(
+        "mmpo_math_qwen3_1.7b.yaml",
+        ["grpo.adv_estimator.name=grpo", "loss_fn.name=clipped_pg"],
     )
-    assert not any(key.startswith("mmpo/") for key in builtin_metrics)
+    estimator = grpo._create_advantage_estimator(theirs)
+    assert type(estimator) is advantage_module.GRPOAdvantageEstimator
+    loss = grpo.ClippedPGLossFn(theirs.loss_fn)
+    assert type(loss) is loss_module.ClippedPGLossFn
 
 
-def test_loss_name_selects_our_loss(fake_nemo_rl):
-    from nemo_mmpo.nemo_rl import install
-
-    grpo, _ = fake_nemo_rl
+@pytest.mark.parametrize("name", ["empirical_bayes", "pkpo", "maxrl", "passk_chen"])
+def test_every_registered_estimator_is_reachable_by_name(name):
     install()
-    ours = grpo.setup(Config({}, {"name": "mmpo", "reference_policy_kl_penalty": 0.01}))
-    theirs = grpo.setup(Config({}, {"reference_policy_kl_penalty": 0.01}))
-    from nemo_mmpo.nemo_rl.loss import MMPOClippedPGLossFn
-
-    assert isinstance(ours, MMPOClippedPGLossFn)
-    assert ours.cfg["reference_policy_kl_penalty"] == 0.0
-    assert type(theirs).__name__ == "ClippedPGLossFn" and not isinstance(
-        theirs, MMPOClippedPGLossFn
+    config = master_config_from_recipe(
+        "mmpo_math_qwen3_1.7b.yaml", [f"grpo.adv_estimator.name={name}"]
     )
-    assert theirs.cfg["reference_policy_kl_penalty"] == 0.01
+    estimator = grpo._create_advantage_estimator(config)
+    assert estimator.settings.estimator == name
 
 
-def test_loss_adds_globally_normalised_metrics(fake_nemo_rl):
-    from nemo_mmpo.nemo_rl import install
-
-    grpo, _ = fake_nemo_rl
+def test_our_grpo_estimator_is_reachable_through_mmpo_name():
     install()
-    loss_fn = grpo.setup(Config({}, {"name": "mmpo"}))
-    data = {
-        "advantages": torch.tensor([[0.0, 2.0, 2.0, 2.0], [0.0, -1.0, -1.0, -1.0]]),
-        "token_mask": torch.tensor([[0.0, 1, 1, 0], [0.0, 1, 1, 1]]),
-        "sample_mask": torch.tensor([1.0, 1.0]),
-    }
-    _, metrics = loss_fn(torch.zeros(2, 3), data, torch.tensor(2.0), torch.tensor(5.0))
-    assert metrics["mmpo/advantage_token_mean"] == pytest.approx((2 + 2 - 3) / 5)
-    assert metrics["mmpo/advantage_abs_token_mean"] == pytest.approx((4 + 3) / 5)
-    assert metrics["mmpo/positive_advantage_token_fraction"] == pytest.approx(2 / 5)
+    config = master_config_from_recipe(
+        "mmpo_math_qwen3_1.7b.yaml", ["grpo.adv_estimator.estimator=grpo"]
+    )
+    assert grpo._create_advantage_estimator(config).settings.estimator == "grpo"
 
 
-def test_missing_hook_point_names_the_version(fake_nemo_rl):
-    from nemo_mmpo.nemo_rl import install
+def test_install_puts_the_package_on_the_workers_pythonpath():
+    install()
+    assert worker_pythonpath() in os.environ["PYTHONPATH"].split(os.pathsep)
 
-    grpo, _ = fake_nemo_rl
-    del grpo._create_advantage_estimator
-    with pytest.raises(RuntimeError, match=r"NeMo-RL 0\.0\.fake.*_create_advantage_estimator"):
-        install()
+
+def test_install_after_ray_started_without_the_path_fails_with_the_fix():
+    code = """
+import os, ray
+from nemo_mmpo.nemo_rl import install
+os.environ.pop("PYTHONPATH", None)
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+try:
+    install()
+except RuntimeError as error:
+    print("REFUSED:", error)
+finally:
+    ray.shutdown()
+"""
+    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH",)}
+    paths = [path for path in sys.path if path]
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path[:0] = {paths!r}\n{code}"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert "REFUSED:" in result.stdout, result.stdout + result.stderr
+    assert "before init_ray" in result.stdout and "PYTHONPATH=" in result.stdout
+
+
+def make_loss_batch(seed=3, batch=4, length=6):
+    batched = import_nemo_rl("nemo_rl.distributed.batched_data_dict")
+    generator = torch.Generator().manual_seed(seed)
+    generation = -torch.rand(batch, length, generator=generator)
+    current = generation[:, 1:] + 0.3 * torch.randn(batch, length - 1, generator=generator)
+    advantages = torch.randn(batch, 1, generator=generator).expand(batch, length).contiguous()
+    token_mask = torch.ones(batch, length)
+    token_mask[:, -1] = 0
+    sample_mask = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    data = batched.BatchedDataDict(
+        {
+            "input_ids": torch.zeros(batch, length, dtype=torch.long),
+            "advantages": advantages,
+            "prev_logprobs": torch.zeros(batch, length),  # as the trainer fills it when forced
+            "generation_logprobs": generation,
+            "reference_policy_logprobs": generation - 0.5,
+            "token_mask": token_mask,
+            "sample_mask": sample_mask,
+        }
+    )
+    valid_tokens = (token_mask[:, 1:] * sample_mask[:, None]).sum()
+    return current, data, sample_mask.sum(), valid_tokens
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"force_on_policy_ratio": True},
+        {"reference_policy_kl_penalty": 0.05},
+        {"use_importance_sampling_correction": True},
+        {"ratio_clip_max": 0.28},
+    ],
+    ids=["force_on_policy_ratio", "kl", "importance_sampling", "clip_higher"],
+)
+def test_mmpo_loss_equals_nemo_rl_loss_for_the_same_config(settings):
+    config = loss_module.ClippedPGLossConfig(name="mmpo", **settings)
+    current, data, seqs, toks = make_loss_batch()
+    ours, our_metrics = MMPOClippedPGLossFn(config)(current, data, seqs, toks)
+    theirs, their_metrics = loss_module.ClippedPGLossFn(config)(current, data, seqs, toks)
+    assert torch.equal(ours, theirs)
+    for key, value in their_metrics.items():
+        assert our_metrics[key] == value
+    if settings.get("force_on_policy_ratio"):
+        assert our_metrics["probs_ratio"] == pytest.approx(1.0)
+
+
+def test_loss_metrics_honour_the_sample_mask():
+    config = loss_module.ClippedPGLossConfig(name="mmpo", reference_policy_kl_penalty=0.0)
+    current, data, seqs, toks = make_loss_batch()
+    _, metrics = MMPOClippedPGLossFn(config)(current, data, seqs, toks)
+    advantages = data["advantages"][:, 1:]
+    mask = data["token_mask"][:, 1:] * data["sample_mask"][:, None]
+    assert metrics["mmpo/advantage_token_mean"] == pytest.approx(
+        float((advantages * mask).sum() / toks), rel=1e-6
+    )
+    assert metrics["mmpo/advantage_abs_token_mean"] == pytest.approx(
+        float((advantages.abs() * mask).sum() / toks), rel=1e-6
+    )
+    assert metrics["mmpo/positive_advantage_token_fraction"] == pytest.approx(
+        float(((advantages > 0) * mask).sum() / toks), rel=1e-6
+    )
+
+
+def test_non_paper_settings_are_reported_not_rewritten(capsys):
+    config = loss_module.ClippedPGLossConfig(name="mmpo", reference_policy_kl_penalty=0.05)
+    loss = MMPOClippedPGLossFn(config)
+    assert loss.reference_policy_kl_penalty == 0.05
+    assert "loss_fn.reference_policy_kl_penalty=0.05 (paper: 0.0)" in capsys.readouterr().out
+
+
+def test_eval_extra_is_co_installable_with_nemo_rl_lock():
+    """The ``eval`` extra pins math-verify's antlr4 runtime to the version NeMo-RL locks."""
+    import re
+    from pathlib import Path
+
+    import tomllib
+
+    from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root
+
+    lock = (find_nemo_rl_root() / "uv.lock").read_text()
+    locked = re.search(r'name = "antlr4-python3-runtime"\nversion = "([^"]+)"', lock).group(1)
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    math_verify = next(
+        item
+        for item in project["project"]["optional-dependencies"]["eval"]
+        if "math-verify" in item
+    )
+    major, *rest = locked.split(".")  # math-verify names 4.9.3 "antlr4_9_3"
+    assert f"antlr{major}_{'_'.join(rest)}]" in math_verify, (math_verify, locked)

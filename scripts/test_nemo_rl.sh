@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The NeMo-RL suite: our adapter tests (tests/nemo_rl_adapter) and NeMo-RL's own unit tests of
+# its algorithms (with and without nemo-mmpo's install()), on Python 3.13, against the real
+# NeMo-RL source: each snapshot in ../shared/nemo-rl, or the checkout NEMO_RL_PATH names.
+# Prints one line per NeMo-RL ref: "nemo-rl <ref>: <pytest summary>".
+#
+# Settings (environment):
+#   NEMO_RL_PYTHON     a Python 3.13 interpreter (default: python3.13 on PATH, then pyenv's)
+#   NEMO_RL_PATH       test against this NeMo-RL checkout only (default: the snapshots)
+#   NEMO_RL_SNAPSHOTS  folder of nemo-rl-<ref>.tar.gz (default: ../shared/nemo-rl)
+#   NEMO_RL_VENV       the environment to build or reuse (default: .venv-nemo-rl)
+#   NEMO_RL_UPSTREAM=0 skip NeMo-RL's own unit tests (about 6 minutes a run on 2 cores)
+#   NEMO_RL_RECORD=1   re-record NeMo-RL's outcomes without install() for each snapshot
+# The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
+# the interpreter or a snapshot changes. Under CI=true a NeMo-RL that fails to import, or a
+# missing Python 3.13 while the snapshots are present, fails the run instead of skipping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+VENV="${NEMO_RL_VENV:-.venv-nemo-rl}"
+SNAPSHOTS="${NEMO_RL_SNAPSHOTS:-$ROOT/../shared/nemo-rl}"
+UNPACKED=".nemo-rl"
+REQUIREMENTS="scripts/nemo_rl_requirements.txt"
+IN_CI="${CI:-false}"
+
+fail_or_skip() {  # a missing prerequisite: a failure in CI, a message elsewhere
+    if [[ "$IN_CI" == "true" ]]; then
+        echo "nemo-rl suite: FAILED: $1" >&2
+        exit 1
+    fi
+    echo "nemo-rl suite: skipped: $1"
+    exit 0
+}
+
+refs=()
+if [[ -n "${NEMO_RL_PATH:-}" ]]; then
+    [[ -d "$NEMO_RL_PATH/nemo_rl" ]] || { echo "NEMO_RL_PATH=$NEMO_RL_PATH has no nemo_rl/ folder" >&2; exit 2; }
+    refs=("checkout")
+elif compgen -G "$SNAPSHOTS/nemo-rl-*.tar.gz" >/dev/null; then
+    for archive in "$SNAPSHOTS"/nemo-rl-*.tar.gz; do
+        ref="$(basename "$archive" .tar.gz)"
+        refs+=("${ref#nemo-rl-}")
+    done
+else
+    echo "nemo-rl suite: skipped: no NeMo-RL snapshots in $SNAPSHOTS and NEMO_RL_PATH is unset"
+    exit 0
+fi
+
+python=""
+for candidate in "${NEMO_RL_PYTHON:-}" python3.13 "$HOME"/.pyenv/versions/3.13*/bin/python3.13 /usr/local/bin/python3.13 /usr/bin/python3.13; do
+    [[ -n "$candidate" ]] || continue
+    if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' 2>/dev/null; then
+        python="$candidate"
+        break
+    fi
+done
+[[ -n "$python" ]] || fail_or_skip "no Python 3.13 found (NeMo-RL's Python); set NEMO_RL_PYTHON=/path/to/python3.13"
+
+quiet_pip() {  # pip's own errors stay; this machine's notes about absent local indexes go
+    "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location '" || true; }
+}
+interpreter="$("$python" -VV | tr -d '\n')"
+if [[ ! -x "$VENV/bin/python" || "$(cat "$VENV/.nemo-mmpo-python" 2>/dev/null)" != "$interpreter" ]]; then
+    echo "nemo-rl suite: creating $VENV with $("$python" -V)"
+    rm -rf "$VENV"
+    "$python" -m venv "$VENV"
+    quiet_pip install -q --upgrade pip
+    echo "$interpreter" > "$VENV/.nemo-mmpo-python"
+fi
+requirements_hash="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
+if [[ "$(cat "$VENV/.nemo-mmpo-requirements" 2>/dev/null)" != "$requirements_hash" ]]; then
+    echo "nemo-rl suite: installing torch and NeMo-RL's pure-Python dependencies ($REQUIREMENTS)"
+    quiet_pip install -q -r "$REQUIREMENTS"
+    echo "$requirements_hash" > "$VENV/.nemo-mmpo-requirements"
+fi
+
+compare_tool() { "$VENV/bin/python" tests/nemo_rl_upstream/compare_outcomes.py "$@"; }
+declare -A archive_of=()
+
+unpack() {  # unpack snapshot $1 into $UNPACKED/nemo-rl-$1 unless it is there already
+    local archive="$SNAPSHOTS/nemo-rl-$1.tar.gz" target="$UNPACKED/nemo-rl-$1"
+    local archive_stamp
+    archive_stamp="$(stat -c '%s %Y' "$archive")"
+    if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
+        rm -rf "$target"
+        mkdir -p "$UNPACKED"
+        tar -xzf "$archive" -C "$UNPACKED"
+        # NeMo-RL's tests/unit/__init__.py loads a remote-GPU-selection plugin that the
+        # snapshots leave out; an empty module stands in for it (it selects nothing on CPU).
+        mkdir -p "$target/tests/unit/_plugins"
+        touch "$target/tests/unit/_plugins/__init__.py" "$target/tests/unit/_plugins/remote_select.py"
+        echo "$archive_stamp" > "$target/.nemo-mmpo-stamp"
+    fi
+    echo "$ROOT/$target"
+}
+
+require=0
+[[ "$IN_CI" == "true" ]] && require=1
+status=0
+logs="$UNPACKED/logs"
+mkdir -p "$logs"
+for ref in "${refs[@]}"; do
+    if [[ "$ref" == "checkout" ]]; then
+        nemo_rl="$(cd "$NEMO_RL_PATH" && pwd)"
+        ref="$(git -C "$nemo_rl" describe --tags --always 2>/dev/null || basename "$nemo_rl")"
+    else
+        nemo_rl="$(unpack "$ref")"
+        archive_of[$ref]="$SNAPSHOTS/nemo-rl-$ref.tar.gz"
+    fi
+    log="$logs/adapter-$ref.log"
+    set +e
+    NEMO_RL_PATH="$nemo_rl" PYTHONPATH="$nemo_rl:$ROOT" NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
+        "$VENV/bin/python" -m pytest tests/nemo_rl_adapter -q -p no:cacheprovider \
+        -W ignore::DeprecationWarning -W ignore::UserWarning >"$log" 2>&1
+    code=$?
+    set -e
+    summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped)' "$log" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')"
+    if [[ $code -ne 0 ]]; then
+        grep -E '^(FAILED|ERROR) ' "$log" || tail -n 40 "$log"
+        status=1
+    elif grep -q ' skipped' <<<"$summary" && [[ $require == 1 ]]; then
+        grep -E '^SKIPPED' "$log" || true
+    fi
+    echo "nemo-rl $ref: ${summary:-no pytest summary (exit $code), see $log}"
+
+    if [[ "${NEMO_RL_UPSTREAM:-1}" != "0" && -d "$nemo_rl/tests/unit/algorithms" ]]; then
+        # NeMo-RL's own unit tests with install(); without it they were recorded once per
+        # snapshot (tests/nemo_rl_upstream/baseline-<ref>.txt, keyed by the archive's sha256).
+        # A checkout, a new snapshot or NEMO_RL_RECORD=1 runs (and records) both.
+        baseline="tests/nemo_rl_upstream/baseline-$ref.txt"
+        checksum=""
+        [[ -n "${archive_of[$ref]:-}" ]] && checksum="$(sha256sum "${archive_of[$ref]}" | cut -d' ' -f1)"
+        baseline_or_report="$baseline"
+        modes=(with)
+        if [[ -z "$checksum" || "${NEMO_RL_RECORD:-0}" == "1" || \
+              "$(compare_tool --checksum "$baseline")" != "$checksum" ]]; then
+            modes=(without with)
+            baseline_or_report="$logs/unit-$ref-without.xml"
+        fi
+        for mode in "${modes[@]}"; do
+            plugin=()
+            [[ $mode == with ]] && plugin=(-p nemo_mmpo_installed)
+            set +e
+            (cd "$nemo_rl" && PYTHONPATH="$nemo_rl:$ROOT:$ROOT/tests/nemo_rl_upstream" \
+                "$ROOT/$VENV/bin/python" -m pytest tests/unit/algorithms -q -p no:cacheprovider \
+                -W ignore "${plugin[@]}" --junitxml="$ROOT/$logs/unit-$ref-$mode.xml" \
+                >"$ROOT/$logs/unit-$ref-$mode.log" 2>&1)
+            set -e
+        done
+        if [[ "${modes[0]}" == without && -n "$checksum" ]]; then
+            compare_tool --record "$logs/unit-$ref-without.xml" "$baseline" "$checksum"
+            echo "nemo-rl $ref unit tests: recorded NeMo-RL's outcomes without install() in $baseline"
+        fi
+        if line="$(compare_tool "$baseline_or_report" "$logs/unit-$ref-with.xml")"; then
+            echo "nemo-rl $ref unit tests: $line"
+        else
+            echo "nemo-rl $ref unit tests: $line"
+            status=1
+        fi
+    fi
+done
+exit $status

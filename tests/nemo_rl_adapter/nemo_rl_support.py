@@ -1,0 +1,53 @@
+"""Helpers for the NeMo-RL suite: import the real NeMo-RL or skip (or fail, in CI).
+
+``scripts/test_nemo_rl.sh`` runs this folder on Python 3.13 against each NeMo-RL snapshot with
+``NEMO_RL_PATH`` set and ``NEMO_MMPO_REQUIRE_NEMO_RL=1`` (under ``CI=true``), where a NeMo-RL
+that fails to import is an error, never a skip. On the 3.11 suite those tests skip.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "examples" / "configs"
+REQUIRE = os.environ.get("NEMO_MMPO_REQUIRE_NEMO_RL") == "1"
+
+if os.environ.get("NEMO_RL_PATH") and os.environ["NEMO_RL_PATH"] not in sys.path:
+    sys.path.insert(0, os.environ["NEMO_RL_PATH"])
+
+
+def import_nemo_rl(name: str) -> ModuleType:
+    """Import the real ``name`` from NeMo-RL; skip the calling module if it cannot run here."""
+    try:
+        return importlib.import_module(name)
+    except Exception as error:  # ImportError, or a broken dependency of NeMo-RL
+        if REQUIRE:
+            raise RuntimeError(
+                f"NEMO_MMPO_REQUIRE_NEMO_RL=1 but {name} failed to import: {error!r}"
+            ) from error
+        pytest.skip(f"{name} is not importable here ({error!r})", allow_module_level=True)
+        raise  # unreachable: skip raises
+
+
+def master_config_from_recipe(recipe: str, overrides: list[str] = ()) -> object:
+    """``recipe`` loaded as NeMo-RL's ``run_grpo.py`` loads it, into its ``MasterConfig``."""
+    from omegaconf import OmegaConf
+
+    from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root, link_nemo_rl_configs
+
+    config_module = import_nemo_rl("nemo_rl.utils.config")
+    grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
+    root = find_nemo_rl_root()
+    assert root is not None, "set NEMO_RL_PATH to a NeMo-RL checkout"
+    link_nemo_rl_configs(CONFIGS_DIR, root)
+    config_module.register_omegaconf_resolvers()
+    config = config_module.load_config(str(CONFIGS_DIR / recipe))
+    if overrides:
+        config = config_module.parse_hydra_overrides(config, list(overrides))
+    return grpo.MasterConfig(**OmegaConf.to_container(config, resolve=True))

@@ -1,0 +1,86 @@
+"""Compare NeMo-RL's unit-test outcomes without and with nemo-mmpo installed.
+
+``python compare_outcomes.py BASE WITH``: BASE is a JUnit XML report of the run without
+``install()``, or a recorded baseline (``baseline-<ref>.txt``); WITH is the JUnit XML report
+of the run with it. Prints one line (counts of each outcome and whether they agree) and exits
+1, listing every test whose outcome differs, if installing nemo-mmpo changed any of them.
+
+``python compare_outcomes.py --record REPORT.xml BASELINE.txt ARCHIVE_SHA256`` writes a
+baseline: NeMo-RL's outcomes for one snapshot, keyed by the snapshot archive's checksum, so that
+CI (``scripts/test_nemo_rl.sh``) runs NeMo-RL's tests once per snapshot instead of twice. A
+baseline whose checksum does not match the archive is ignored and both runs happen.
+"""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from pathlib import Path
+
+CHECKSUM_PREFIX = "# archive sha256: "
+
+
+def outcomes(path: str) -> dict[str, str]:
+    """``{test id: passed | failure | error | skipped}`` from a JUnit report or a baseline."""
+    if path.endswith(".txt"):
+        lines = Path(path).read_text().splitlines()
+        return dict(line.split("\t", 1)[::-1] for line in lines if not line.startswith("#"))
+    results = {}
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        outcome = next((tag for tag in ("error", "failure", "skipped") if tag in tags), "passed")
+        results[name] = outcome
+    return results
+
+
+def baseline_checksum(path: str) -> str | None:
+    """The archive checksum a baseline was recorded for (None if the file is missing)."""
+    try:
+        first = Path(path).read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return first[len(CHECKSUM_PREFIX) :] if first.startswith(CHECKSUM_PREFIX) else None
+
+
+def record(report: str, baseline: str, checksum: str) -> None:
+    results = outcomes(report)
+    lines = [f"{CHECKSUM_PREFIX}{checksum}"]
+    lines += [f"{outcome}\t{name}" for name, outcome in sorted(results.items())]
+    temporary = Path(f"{baseline}.tmp")
+    temporary.write_text("\n".join(lines) + "\n")
+    temporary.replace(baseline)
+
+
+def summary(results: dict[str, str]) -> str:
+    counts = Counter(results.values())
+    return ", ".join(f"{counts[key]} {key}" for key in ("passed", "failure", "error", "skipped"))
+
+
+def compare(base_path: str, installed_path: str) -> int:
+    base, installed = outcomes(base_path), outcomes(installed_path)
+    changed = sorted(
+        name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
+    )
+    if changed:
+        print(f"outcomes CHANGED by install() for {len(changed)} test(s) ({summary(installed)}):")
+        for name in changed:
+            print(f"  {name}: {base.get(name, 'absent')} -> {installed.get(name, 'absent')}")
+        return 1
+    print(f"same outcomes with and without install() ({summary(installed)})")
+    return 0
+
+
+def main(arguments: list[str]) -> int:
+    if arguments[:1] == ["--record"]:
+        record(*arguments[1:4])
+        return 0
+    if arguments[:1] == ["--checksum"]:
+        print(baseline_checksum(arguments[1]) or "")
+        return 0
+    return compare(*arguments[:2])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
