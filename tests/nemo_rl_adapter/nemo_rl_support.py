@@ -18,6 +18,10 @@ import pytest
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "examples" / "configs"
 REQUIRE = os.environ.get("NEMO_MMPO_REQUIRE_NEMO_RL") == "1"
 
+# NeMo-RL's own switch: Ray actors run on this interpreter instead of a uv-built venv per actor
+# (read when NeMo-RL is first imported, so set before any test imports it).
+os.environ.setdefault("NEMO_RL_PY_EXECUTABLES_SYSTEM", "1")
+
 if os.environ.get("NEMO_RL_PATH") and os.environ["NEMO_RL_PATH"] not in sys.path:
     sys.path.insert(0, os.environ["NEMO_RL_PATH"])
 

@@ -9,6 +9,9 @@ stand-ins of :mod:`trainer_standins`, real prompts and 0/1 rewards from a Ray en
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -51,9 +54,29 @@ TINY_RUN = [
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # Ray actors (NeMo-RL's async trajectory collector) unpickle the stand-ins; NeMo-RL hands
+    # them the driver's environment, so this folder goes on the driver's PYTHONPATH.
+    here = Path(__file__).resolve().parent
+    previous = {key: os.environ.get(key) for key in ("PYTHONPATH", "RAY_ADDRESS")}
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1]), *sys.path])
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+        runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}},
+    )
+    # NeMo-RL main's memory tracker finds Ray by address="auto": point it at this cluster even
+    # if another Ray instance runs on the machine.
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     yield
     ray.shutdown()
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture
@@ -78,7 +101,7 @@ def estimator_calls(monkeypatch):
     return calls
 
 
-def run_trainer(trainer, config, tmp_path):
+def run_trainer(trainer, config, tmp_path, **keywords):
     tokenizer = char_tokenizer()
     dataloader = StatefulDataLoader(
         math_dataset(tokenizer, 16),
@@ -106,6 +129,7 @@ def run_trainer(trainer, config, tmp_path):
         checkpointer,
         initial_save_state(),
         config,
+        **keywords,
     )
     return policy, logger, checkpointer
 
@@ -213,3 +237,47 @@ def test_every_trainer_module_builds_our_estimator_from_the_master_config():
         assert isinstance(estimator, MMPOAdvantageEstimator)
         if hasattr(module, "ClippedPGLossFn"):  # main's single controller builds the loss
             assert isinstance(module.ClippedPGLossFn(config.loss_fn), MMPOClippedPGLossFn)
+
+
+def test_async_grpo_train_runs_our_estimator_and_loss(
+    ray_cluster, estimator_calls, tmp_path, monkeypatch
+):
+    """NeMo-RL's asynchronous trainer with the async recipe: collector and replay buffer are
+    NeMo-RL's Ray actors; generation streams through the stand-in's ``generate_async``.
+
+    NeMo-RL runs those two actors in its vLLM environment (a uv-built venv with vLLM, which
+    cannot exist here); they run on this interpreter instead.
+    """
+    registry = import_nemo_rl("nemo_rl.distributed.ray_actor_environment_registry")
+    system = import_nemo_rl("nemo_rl.distributed.virtual_cluster").PY_EXECUTABLES.SYSTEM
+    for actor in ("AsyncTrajectoryCollector", "ReplayBuffer"):
+        name = f"nemo_rl.algorithms.async_utils.{actor}"
+        monkeypatch.setitem(registry.ACTOR_ENVIRONMENT_REGISTRY, name, system)
+    install()
+    config = master_config_from_recipe(
+        "mmpo_math_qwen3_4b_async.yaml",
+        [*TINY_RUN, "grpo.async_grpo.max_trajectory_age_steps=1"],
+    )
+    assert config.loss_fn.use_importance_sampling_correction is True
+    policy, logger, _ = run_trainer(
+        grpo.async_grpo_train, config, tmp_path, max_trajectory_age_steps=1
+    )
+    assert len(estimator_calls) == 2 and len(policy.train_calls) == 2
+    reference = loss_module.ClippedPGLossFn(config.loss_fn)
+    for call, estimate in zip(policy.train_calls, estimator_calls, strict=True):
+        expected = compute_advantages(
+            estimate["rewards"],
+            group_ids_from_prompt_rows(estimate["prompt_ids"]),
+            estimate["estimator"].objective,
+            "plugin",
+        ).to(estimate["advantages"].dtype)
+        assert torch.equal(estimate["advantages"][:, 0], expected)
+        assert isinstance(call["loss_fn"], MMPOClippedPGLossFn)
+        theirs, _ = reference(
+            call["next_token_logprobs"],
+            call["data"],
+            call["global_valid_seqs"],
+            call["global_valid_toks"],
+        )
+        assert torch.equal(call["loss"], theirs.detach())
+    assert any(name.endswith("mmpo/failure_moment_4") for name in logger.metrics)

@@ -113,6 +113,12 @@ class StandInGeneration:
             }
         )
 
+    async def generate_async(self, data: Any, greedy: bool = False) -> Any:
+        """NeMo-RL's async rollouts stream ``(row index, one-row output)``."""
+        outputs = self.generate(data, greedy)
+        for row in range(outputs["output_ids"].shape[0]):
+            yield row, outputs.slice(row, row + 1)
+
     def prepare_for_generation(self, *args: Any, **kwargs: Any) -> bool:
         return True
 
@@ -140,6 +146,9 @@ class StandInGeneration:
     def invalidate_kv_cache(self) -> bool:
         return True
 
+    def blocks_training(self) -> bool:  # NeMo-RL main: dedicated GPUs never block training
+        return False
+
     def shutdown(self) -> bool:
         return True
 
@@ -149,6 +158,13 @@ def token_logprobs(token_ids: torch.Tensor, version: int = 0) -> torch.Tensor:
     return -0.2 - 0.05 * (token_ids % 5).float() - 0.03 * version * ((token_ids % 3) - 1).float()
 
 
+class OneRank:
+    """The policy's sharding: a single rank on every axis (data parallel size 1)."""
+
+    def get_axis_size(self, name: str) -> int:
+        return 1
+
+
 class StandInPolicy:
     """Log-probs from :func:`token_logprobs`; ``train`` runs the given loss on the batch."""
 
@@ -156,6 +172,7 @@ class StandInPolicy:
         self.version = 0
         self.train_calls: list[dict[str, Any]] = []
         self.saved: list[str] = []
+        self.sharding_annotations = OneRank()
 
     def _logprobs(self, data: Any, version: int) -> torch.Tensor:
         return token_logprobs(data["input_ids"], version)
