@@ -170,3 +170,11 @@ def test_every_recipe_builds_nemo_rl_master_config(recipe):
         assert config.policy["generation"]["colocated"]["enabled"] is False
     resolved = config.model_dump()
     validate_run_config(resolved)
+    # the statement NeMo-RL's setup() runs to build the loss (setup() itself needs GPUs)
+    from nemo_mmpo.nemo_rl import install
+    from nemo_mmpo.nemo_rl.loss import MMPOClippedPGLossFn
+
+    install()
+    grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
+    loss = grpo.ClippedPGLossFn(config.loss_fn)
+    assert isinstance(loss, MMPOClippedPGLossFn) == (config.loss_fn.name == "mmpo")
