@@ -7,7 +7,10 @@ Baselines (printed as ratios ``ours / baseline``, lower is better):
 - ``nemo_rl_grpo``: NeMo-RL's own ``GRPOAdvantageEstimator`` when ``nemo_rl`` is importable.
 
 Our timings include grouping from the ``[batch, prompt_len]`` token rows
-(``group_ids_from_prompt_rows``), exactly the input NeMo-RL gives an estimator.
+(``group_ids_from_prompt_rows``), exactly the input NeMo-RL gives an estimator. The row
+``adapter T=4`` is the whole step as NeMo-RL's trainer calls it:
+``MMPOAdvantageEstimator.compute_advantage(prompt_ids, rewards, mask)`` (grouping, the plug-in
+advantage, the ``mmpo/`` step metrics, expansion to the ``[batch, seq_len]`` mask).
 
 Usage: ``python benchmarks/bench_estimators.py [--device cuda] [--sizes 64x8,4096x64]``
 """
@@ -22,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows, moment_objective
+from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator
 
 DEFAULT_SIZES = "64x8,256x8,1024x16,2048x32,4096x64"
 
@@ -147,6 +151,20 @@ def main() -> None:
                 f"{size:>10} {rollouts:>9} {estimator + f' T={order}':>14} {seconds * 1e3:9.2f}"
                 f" {seconds / rollouts * 1e9:11.1f} {versus_loop} {versus_nemo}"
             )
+        adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 4})
+        mask = torch.ones(rollouts, 8, device=args.device)
+        seconds = time_call(
+            lambda p=prompt_ids, r=rewards, m=mask, a=adapter: a.compute_advantage(p, r, m),
+            args.device,
+            args.repeats,
+            args.budget,
+        )
+        versus_nemo = f"{seconds / nemo_seconds:16.4f}" if nemo_seconds else f"{'n/a':>16}"
+        versus_loop = f"{seconds / loop_seconds:9.4f}" if loop_seconds else f"{'skipped':>9}"
+        print(
+            f"{size:>10} {rollouts:>9} {'adapter T=4':>14} {seconds * 1e3:9.2f}"
+            f" {seconds / rollouts * 1e9:11.1f} {versus_loop} {versus_nemo}"
+        )
         if loop_seconds:
             print(f"{size:>10} {rollouts:>9} {'loop T=4':>14} {loop_seconds * 1e3:9.2f}")
         if nemo_seconds:

@@ -311,13 +311,39 @@ class MMPOAdvantageEstimator:
             )
         except MMPOInputError as error:
             raise _non_binary_hint(error) from None
-        self.last_metrics = self._metrics(groups, advantages)
+        self.last_metrics = self._metrics(groups, advantages, mask)
         output_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
         return advantages.to(output_dtype).unsqueeze(-1).expand(mask.shape)
 
-    def _metrics(self, groups: RewardGroups, advantages: torch.Tensor) -> dict[str, float]:
+    def _metrics(
+        self, groups: RewardGroups, advantages: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, float]:
+        """Group statistics plus token-weighted advantage statistics of the whole step.
+
+        The token weights are the loss's (``mask[:, 1:]``: tokens after the first), so
+        ``advantage_token_mean`` is the mean advantage NeMo-RL's token-level loss sees.
+        """
         stats = group_statistics(groups, self.settings.truncation_order, self.objective)
         kept = advantages[groups.valid]
-        stats["advantage_abs_max"] = float(kept.abs().max()) if kept.numel() else 0.0
-        stats["advantage_abs_mean"] = float(kept.abs().mean()) if kept.numel() else 0.0
+        tokens = mask[:, 1:].to(advantages.device, torch.float64).sum(dim=1)  # loss tokens per row
+        total = tokens.sum().clamp(min=1.0)
+        token_sums = torch.stack(
+            [
+                (advantages * tokens).sum(),
+                (advantages.abs() * tokens).sum(),
+                tokens[advantages > 0].sum(),
+                kept.abs().max() if kept.numel() else advantages.new_zeros(()),
+                kept.abs().mean() if kept.numel() else advantages.new_zeros(()),
+            ]
+        )
+        token_mean, abs_token_mean, positive, abs_max, abs_mean = token_sums.div(
+            torch.stack([total, total, total, total.new_ones(()), total.new_ones(())])
+        ).tolist()
+        stats.update(
+            advantage_abs_max=abs_max,
+            advantage_abs_mean=abs_mean,
+            advantage_token_mean=token_mean,
+            advantage_abs_token_mean=abs_token_mean,
+            positive_advantage_token_fraction=positive,
+        )
         return {f"{METRIC_PREFIX}{key}": value for key, value in stats.items()}

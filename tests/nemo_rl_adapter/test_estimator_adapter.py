@@ -225,3 +225,28 @@ def test_unknown_keys_and_values_are_named(config, fragment):
     with pytest.raises(MMPOInputError) as error:
         read_estimator_settings(config)
     assert fragment in str(error.value)
+
+
+def test_token_weighted_advantage_metrics_follow_the_loss_mask():
+    """``mmpo/advantage_token_*`` weigh each rollout by its loss tokens (``mask[:, 1:]``,
+    where the trainer's mask is ``token_mask * sample_mask``): a masked rollout counts 0."""
+    adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 4})
+    prompt_ids, rewards, mask = batch(seq_len=7)
+    generator = torch.Generator().manual_seed(5)
+    mask = (torch.rand(mask.shape, generator=generator) < 0.7).float()
+    mask[:, 0] = 1.0  # the first position is not a loss token
+    mask[::5] = 0.0  # sample_mask = 0 rows
+    advantages = adapter.compute_advantage(prompt_ids, rewards, mask).double()
+    tokens = mask[:, 1:].double()
+    total = tokens.sum().item()
+    metrics = adapter.last_metrics
+    loss_advantages = advantages[:, 1:]
+    assert metrics["mmpo/advantage_token_mean"] == pytest.approx(
+        (loss_advantages * tokens).sum().item() / total, rel=0, abs=1e-6
+    )
+    assert metrics["mmpo/advantage_abs_token_mean"] == pytest.approx(
+        (loss_advantages.abs() * tokens).sum().item() / total, rel=0, abs=1e-6
+    )
+    assert metrics["mmpo/positive_advantage_token_fraction"] == pytest.approx(
+        ((loss_advantages > 0) * tokens).sum().item() / total, rel=0, abs=1e-12
+    )

@@ -146,23 +146,6 @@ def test_mmpo_loss_equals_nemo_rl_loss_for_the_same_config(settings):
         assert our_metrics["probs_ratio"] == pytest.approx(1.0)
 
 
-def test_loss_metrics_honour_the_sample_mask():
-    config = loss_module.ClippedPGLossConfig(name="mmpo", reference_policy_kl_penalty=0.0)
-    current, data, seqs, toks = make_loss_batch()
-    _, metrics = MMPOClippedPGLossFn(config)(current, data, seqs, toks)
-    advantages = data["advantages"][:, 1:]
-    mask = data["token_mask"][:, 1:] * data["sample_mask"][:, None]
-    assert metrics["mmpo/advantage_token_mean"] == pytest.approx(
-        float((advantages * mask).sum() / toks), rel=1e-6
-    )
-    assert metrics["mmpo/advantage_abs_token_mean"] == pytest.approx(
-        float((advantages.abs() * mask).sum() / toks), rel=1e-6
-    )
-    assert metrics["mmpo/positive_advantage_token_fraction"] == pytest.approx(
-        float(((advantages > 0) * mask).sum() / toks), rel=1e-6
-    )
-
-
 def test_non_paper_settings_are_reported_not_rewritten(capsys):
     config = loss_module.ClippedPGLossConfig(name="mmpo", reference_policy_kl_penalty=0.05)
     loss = MMPOClippedPGLossFn(config)
