@@ -138,33 +138,25 @@ def main() -> None:
             ("unbiased", min(8, group_size)),
             ("unbiased", min(16, group_size)),
         }
-        for estimator, order in sorted(orders):
-            seconds = time_call(
-                lambda p=prompt_ids, r=rewards, e=estimator, t=order: ours(p, r, e, t),
-                args.device,
-                args.repeats,
-                args.budget,
+        candidates = {
+            f"{estimator} T={order}": (
+                lambda p=prompt_ids, r=rewards, e=estimator, t=order: ours(p, r, e, t)
             )
+            for estimator, order in sorted(orders)
+        }
+        adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 4})
+        mask = torch.ones(rollouts, 8, device=args.device)
+        candidates["adapter T=4"] = lambda p=prompt_ids, r=rewards, m=mask, a=adapter: (
+            a.compute_advantage(p, r, m)
+        )
+        for label, function in candidates.items():
+            seconds = time_call(function, args.device, args.repeats, args.budget)
             versus_nemo = f"{seconds / nemo_seconds:16.4f}" if nemo_seconds else f"{'n/a':>16}"
             versus_loop = f"{seconds / loop_seconds:9.4f}" if loop_seconds else f"{'skipped':>9}"
             print(
-                f"{size:>10} {rollouts:>9} {estimator + f' T={order}':>14} {seconds * 1e3:9.2f}"
+                f"{size:>10} {rollouts:>9} {label:>14} {seconds * 1e3:9.2f}"
                 f" {seconds / rollouts * 1e9:11.1f} {versus_loop} {versus_nemo}"
             )
-        adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 4})
-        mask = torch.ones(rollouts, 8, device=args.device)
-        seconds = time_call(
-            lambda p=prompt_ids, r=rewards, m=mask, a=adapter: a.compute_advantage(p, r, m),
-            args.device,
-            args.repeats,
-            args.budget,
-        )
-        versus_nemo = f"{seconds / nemo_seconds:16.4f}" if nemo_seconds else f"{'n/a':>16}"
-        versus_loop = f"{seconds / loop_seconds:9.4f}" if loop_seconds else f"{'skipped':>9}"
-        print(
-            f"{size:>10} {rollouts:>9} {'adapter T=4':>14} {seconds * 1e3:9.2f}"
-            f" {seconds / rollouts * 1e9:11.1f} {versus_loop} {versus_nemo}"
-        )
         if loop_seconds:
             print(f"{size:>10} {rollouts:>9} {'loop T=4':>14} {loop_seconds * 1e3:9.2f}")
         if nemo_seconds:

@@ -134,6 +134,18 @@ def run_trainer(trainer, config, tmp_path, **keywords):
     return policy, logger, checkpointer
 
 
+def nemo_rl_loss(config, call):
+    """NeMo-RL's ``ClippedPGLossFn`` for ``config.loss_fn`` on a recorded ``policy.train`` call."""
+    reference = loss_module.ClippedPGLossFn(config.loss_fn)
+    loss, metrics = reference(
+        call["next_token_logprobs"],
+        call["data"],
+        call["global_valid_seqs"],
+        call["global_valid_toks"],
+    )
+    return loss.detach(), metrics
+
+
 def initial_save_state():
     if hasattr(grpo, "_default_grpo_save_state"):  # v0.7.0
         return grpo._default_grpo_save_state()
@@ -169,18 +181,10 @@ def test_grpo_train_runs_our_estimator_and_loss(
 
     # the loss the trainer handed to policy.train is ours and equals NeMo-RL's for the config
     assert len(policy.train_calls) == 2
-    reference = loss_module.ClippedPGLossFn(config.loss_fn)
     for call, estimate in zip(policy.train_calls, estimator_calls, strict=True):
         assert isinstance(call["loss_fn"], MMPOClippedPGLossFn)
-        data = call["data"]
-        assert torch.equal(data["advantages"], estimate["advantages"])
-        theirs, _ = reference(
-            call["next_token_logprobs"],
-            data,
-            call["global_valid_seqs"],
-            call["global_valid_toks"],
-        )
-        assert torch.equal(call["loss"], theirs.detach())
+        assert torch.equal(call["data"]["advantages"], estimate["advantages"])
+        assert torch.equal(call["loss"], nemo_rl_loss(config, call)[0])
 
     # our metrics reached NeMo-RL's logger, once per step, without "Skipping aggregation"
     for name in ("train/mmpo/failure_moment_4", "train/mmpo/advantage_token_mean"):
@@ -202,16 +206,10 @@ def test_force_on_policy_ratio_gives_nemo_rl_loss(ray_cluster, tmp_path):
         "mmpo_math_qwen3_1.7b.yaml", [*TINY_RUN, "loss_fn.force_on_policy_ratio=true"]
     )
     policy, _, _ = run_trainer(grpo.grpo_train, config, tmp_path)
-    reference = loss_module.ClippedPGLossFn(config.loss_fn)
     for call in policy.train_calls:
         assert torch.count_nonzero(call["data"]["prev_logprobs"]) == 0  # the trainer skipped it
-        theirs, their_metrics = reference(
-            call["next_token_logprobs"],
-            call["data"],
-            call["global_valid_seqs"],
-            call["global_valid_toks"],
-        )
-        assert torch.equal(call["loss"], theirs.detach())
+        theirs, their_metrics = nemo_rl_loss(config, call)
+        assert torch.equal(call["loss"], theirs)
         assert call["metrics"]["probs_ratio"] == pytest.approx(their_metrics["probs_ratio"])
         assert call["metrics"]["probs_ratio"] == pytest.approx(1.0)
 
@@ -263,7 +261,6 @@ def test_async_grpo_train_runs_our_estimator_and_loss(
         grpo.async_grpo_train, config, tmp_path, max_trajectory_age_steps=1
     )
     assert len(estimator_calls) == 2 and len(policy.train_calls) == 2
-    reference = loss_module.ClippedPGLossFn(config.loss_fn)
     for call, estimate in zip(policy.train_calls, estimator_calls, strict=True):
         expected = compute_advantages(
             estimate["rewards"],
@@ -273,11 +270,5 @@ def test_async_grpo_train_runs_our_estimator_and_loss(
         ).to(estimate["advantages"].dtype)
         assert torch.equal(estimate["advantages"][:, 0], expected)
         assert isinstance(call["loss_fn"], MMPOClippedPGLossFn)
-        theirs, _ = reference(
-            call["next_token_logprobs"],
-            call["data"],
-            call["global_valid_seqs"],
-            call["global_valid_toks"],
-        )
-        assert torch.equal(call["loss"], theirs.detach())
+        assert torch.equal(call["loss"], nemo_rl_loss(config, call)[0])
     assert any(name.endswith("mmpo/failure_moment_4") for name in logger.metrics)
