@@ -21,7 +21,8 @@ from typing import Any
 
 from nemo_rl.algorithms.loss import ClippedPGLossFn
 
-from nemo_mmpo.nemo_rl.paper_settings import config_get, paper_setting_deviations
+from nemo_mmpo.nemo_rl.estimator import config_value
+from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 
 LOSS_NAME = "mmpo"
 
@@ -38,6 +39,6 @@ class MMPOClippedPGLossFn(ClippedPGLossFn):
 
 def build_loss(original_class: type, cfg: Any, *args: Any, **kwargs: Any) -> Any:
     """Construct ours for ``loss_fn.name == 'mmpo'``, else NeMo-RL's ``original_class``."""
-    if config_get(cfg, "name") == LOSS_NAME:
+    if config_value(cfg, "name") == LOSS_NAME:
         return MMPOClippedPGLossFn(cfg, *args, **kwargs)
     return original_class(cfg, *args, **kwargs)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nemo_mmpo.nemo_rl.estimator import config_value
+
 PAPER_LOSS_SETTINGS: dict[str, Any] = {
     "reference_policy_kl_penalty": 0.0,
     "use_kl_in_reward": False,
@@ -21,13 +23,6 @@ PAPER_LOSS_SETTINGS: dict[str, Any] = {
 }
 
 
-def config_get(config: Any, key: str, default: Any = None) -> Any:
-    """``config[key]`` for a mapping, ``config.key`` for a pydantic model."""
-    if isinstance(config, Mapping):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
 def _keys(config: Any) -> set[str]:
     if isinstance(config, Mapping):
         return set(config)
@@ -38,7 +33,7 @@ def paper_setting_deviations(config: Any) -> list[str]:
     """``loss_fn.key=value (paper: v)`` for each setting in ``config`` that is not the paper's."""
     keys = _keys(config)
     return [
-        f"loss_fn.{key}={config_get(config, key)!r} (paper: {value!r})"
+        f"loss_fn.{key}={config_value(config, key)!r} (paper: {value!r})"
         for key, value in PAPER_LOSS_SETTINGS.items()
-        if key in keys and config_get(config, key) != value
+        if key in keys and config_value(config, key) != value
     ]
