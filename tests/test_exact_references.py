@@ -97,6 +97,8 @@ def test_prior_fit_recovers_known_beta_parameters():
     assert fitted_beta.item() == pytest.approx(beta, rel=0.05)
 
 
+# quad warns about roundoff at a Beta endpoint singularity; the tolerance below allows for it
+@pytest.mark.filterwarnings("ignore::scipy.integrate.IntegrationWarning")
 def test_empirical_bayes_uses_failures_for_the_failure_shape():
     """All-fail and all-pass groups get the exact posterior weights, not each other's."""
     rewards = torch.tensor(
