@@ -1,14 +1,20 @@
 """DMPO's distribution-matching penalty (Li et al. 2026, arXiv 2605.19461), framework-free.
 
-DMPO is a loss term, not an advantage: within each prompt group it pulls the policy's
-softmax over responses towards a softmax over rewards,
+DMPO is a loss term, not an advantage. The working definition is the authors' code (verl-recipe
+pull request #105, ``dmpo/dmpo_core_algos.py``): within each prompt group it pulls the
+policy's softmax over responses towards a softmax over the responses' GRPO advantages,
 
-    p_j = softmax_j(r_j / alpha),   q_j = softmax_j(phi_j),
-    penalty = (1/G) sum_j (p_j - q_j)^2,
+    p_j = softmax_j(A_j / alpha),   q_j = softmax_j(phi_j),
+    penalty = sum_j w_j (p_j - q_j)^2 / max(sum_j w_j, 1),
 
-where ``phi_j`` is the token-mean log-probability of response ``j`` under the current
-policy; the training loss is ``L_GRPO + lambda * mean over groups of penalty`` (paper:
-``lambda = 2``, ``alpha = 1/15``). Gradients flow through ``phi`` only.
+a mean over *samples* (not over groups), where ``A_j`` is the GRPO advantage of response
+``j`` (its token mean when advantages are per token), ``phi_j`` the token-mean log-probability
+of response ``j`` under the current policy, and both softmaxes divide by ``sum + 1e-10`` as the
+authors' do. With ``filter_zero_signal`` (the authors' ``grpo_dmpo_zero``, their launch
+script's default) ``w_j = 0`` in groups whose advantages span at most 1e-5 (all pass or all
+fail); without it (``grpo_dmpo``) ``w_j = 1``. The training loss is
+``L_GRPO + lambda * penalty`` (paper: ``lambda = 2``, ``alpha = 1/15``). Gradients flow through
+``phi`` only.
 """
 
 from __future__ import annotations
@@ -19,12 +25,20 @@ from nemo_mmpo.errors import MMPOInputError
 
 PAPER_TEMPERATURE = 1.0 / 15.0
 PAPER_COEFFICIENT = 2.0
+SOFTMAX_EPSILON = 1e-10  # the authors' denominator guard
+ZERO_SIGNAL_SPREAD = 1e-5  # a group whose advantages span no more than this has no signal
 
 
 def group_softmax(
     logits: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor
 ) -> torch.Tensor:
-    """Softmax of ``[N]`` logits within each group of ``group_index``; 0 where not valid."""
+    """``exp(x - group max) / (group sum + 1e-10)`` within each group; 0 where not valid.
+
+    Args:
+        logits: ``[N]``.
+        group_index: ``[N]`` group of each entry, in ``[0, num_groups)``.
+        valid: ``[N]`` bool; invalid entries take no part.
+    """
     masked = torch.where(valid, logits, torch.full_like(logits, -torch.inf))
     group_max = torch.full((num_groups,), -torch.inf, dtype=logits.dtype, device=logits.device)
     group_max = group_max.scatter_reduce(0, group_index, masked.detach(), reduce="amax")
@@ -32,46 +46,68 @@ def group_softmax(
     exponentials = torch.where(valid, shifted.exp(), torch.zeros_like(shifted))
     totals = torch.zeros(num_groups, dtype=logits.dtype, device=logits.device)
     totals = totals.index_add(0, group_index, exponentials)
-    return exponentials / totals[group_index].clamp(min=torch.finfo(logits.dtype).tiny)
+    return exponentials / (totals[group_index] + SOFTMAX_EPSILON)
+
+
+def signal_weights(
+    advantages: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor
+) -> torch.Tensor:
+    """``[N]`` 1.0 for valid responses of groups whose advantages span more than 1e-5."""
+    low = torch.full((num_groups,), torch.inf, dtype=advantages.dtype, device=advantages.device)
+    high = torch.full_like(low, -torch.inf)
+    low = low.scatter_reduce(0, group_index, advantages.masked_fill(~valid, torch.inf), "amin")
+    high = high.scatter_reduce(0, group_index, advantages.masked_fill(~valid, -torch.inf), "amax")
+    has_signal = (high - low) > ZERO_SIGNAL_SPREAD
+    return (has_signal[group_index] & valid).to(advantages.dtype)
 
 
 def distribution_matching_penalty(
-    rewards: torch.Tensor,
+    advantages: torch.Tensor,
     mean_token_logprobs: torch.Tensor,
     group_ids: torch.Tensor,
     temperature: float = PAPER_TEMPERATURE,
     valid_mask: torch.Tensor | None = None,
+    *,
+    filter_zero_signal: bool = True,
 ) -> torch.Tensor:
-    """Mean over groups of ``(1/G) sum_j (p_j - q_j)^2`` (a differentiable scalar).
+    """DMPO's penalty ``sum_j w_j (p_j - q_j)^2 / max(sum_j w_j, 1)`` (a differentiable scalar).
 
     Args:
-        rewards: ``[N]`` rewards (any real values; binary in the paper).
+        advantages: ``[N]`` GRPO advantage of each response (the token mean when per token).
         mean_token_logprobs: ``[N]`` token-mean log-probability of each response under the
             current policy (carries the gradient).
-        group_ids: ``[N]`` integer prompt-group ids.
-        temperature: ``alpha`` of the reward softmax (> 0).
-        valid_mask: ``[N]`` bool; invalid responses are left out of both softmaxes.
+        group_ids: ``[N]`` integer prompt-group ids; groups may differ in size and order.
+        temperature: ``alpha`` of the advantage softmax (> 0; paper 1/15).
+        valid_mask: ``[N]`` bool; invalid responses take no part in softmaxes or the mean.
+        filter_zero_signal: leave out groups without signal (the authors' ``grpo_dmpo_zero``,
+            default); False keeps them (``grpo_dmpo``).
+
+    Returns:
+        The penalty; 0 (with a zero gradient) when no response is left.
     """
     if not temperature > 0:
         raise MMPOInputError(f"DMPO temperature alpha must be > 0 (paper: 1/15); got {temperature}")
-    if rewards.shape != mean_token_logprobs.shape or rewards.shape != group_ids.shape:
+    if advantages.shape != mean_token_logprobs.shape or advantages.shape != group_ids.shape:
         raise MMPOInputError(
-            f"rewards {tuple(rewards.shape)}, mean_token_logprobs "
+            f"advantages {tuple(advantages.shape)}, mean_token_logprobs "
             f"{tuple(mean_token_logprobs.shape)} and group_ids {tuple(group_ids.shape)} must all "
             "be [num_responses]"
         )
-    valid = torch.ones_like(rewards, dtype=torch.bool) if valid_mask is None else valid_mask.bool()
-    group_index = torch.unique(group_ids, return_inverse=True)[1]
-    num_groups = int(group_index.max().item()) + 1 if group_index.numel() else 0
-    if num_groups == 0:
+    if advantages.numel() == 0:
         raise MMPOInputError("empty batch: no responses to compute the DMPO penalty on")
+    valid = (
+        torch.ones_like(advantages, dtype=torch.bool) if valid_mask is None else valid_mask.bool()
+    )
+    group_index = torch.unique(group_ids, return_inverse=True)[1]
+    num_groups = int(group_index.max().item()) + 1
     dtype = mean_token_logprobs.dtype
-    target = group_softmax(rewards.to(dtype) / temperature, group_index, num_groups, valid)
+    advantages = advantages.detach().to(dtype)
+    with torch.no_grad():
+        target = group_softmax(advantages / temperature, group_index, num_groups, valid)
+        if filter_zero_signal:
+            weights = signal_weights(advantages, group_index, num_groups, valid)
+        else:
+            weights = valid.to(dtype)
     policy = group_softmax(mean_token_logprobs, group_index, num_groups, valid)
-    squared = torch.where(valid, (target.detach() - policy).square(), torch.zeros_like(policy))
-    sizes = torch.zeros(num_groups, dtype=dtype, device=rewards.device)
-    sizes = sizes.index_add(0, group_index, valid.to(dtype))
-    per_group = torch.zeros(num_groups, dtype=dtype, device=rewards.device)
-    per_group = per_group.index_add(0, group_index, squared)
-    present = sizes > 0
-    return (per_group[present] / sizes[present]).mean()
+    squared = torch.where(valid, (target - policy).square(), torch.zeros_like(policy))
+    return (squared * weights).sum() / weights.sum().clamp(min=1.0)
