@@ -8,7 +8,9 @@ with :func:`register_estimator`; the baselines of the paper live in
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -54,11 +56,23 @@ def estimator_objective_kind(name: str) -> str:
     return _OBJECTIVE_KINDS[name]
 
 
-def estimator_options(name: str) -> dict[str, Any]:
-    """``{option: default}`` of the registered estimator ``name`` (from its signature)."""
-    parameters = list(inspect.signature(get_estimator(name)).parameters.values())[2:]
+@dataclass(frozen=True)
+class EstimatorOption:
+    """One keyword option of a registered estimator: its default and its annotated types."""
+
+    default: Any
+    types: tuple[type, ...]  # e.g. (int, NoneType) for ``int | None``
+
+
+def estimator_options(name: str) -> dict[str, EstimatorOption]:
+    """``{option: EstimatorOption}`` of the registered estimator ``name``, from its signature."""
+    function = get_estimator(name)
+    hints = typing.get_type_hints(function)
+    parameters = list(inspect.signature(function).parameters.values())[2:]
     return {
-        parameter.name: parameter.default
+        parameter.name: EstimatorOption(
+            parameter.default, typing.get_args(hints[parameter.name]) or (hints[parameter.name],)
+        )
         for parameter in parameters
         if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
     }

@@ -36,6 +36,7 @@ import torch
 from nemo_mmpo.diagnostics import group_statistics
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import (
+    EstimatorOption,
     advantages_for_groups,
     available_estimators,
     estimator_objective_kind,
@@ -159,20 +160,20 @@ def _number_or_none(key: str, value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _option_value(key: str, value: Any, default: Any) -> Any:
-    if isinstance(default, bool):
+def _option_value(key: str, value: Any, option: EstimatorOption) -> Any:
+    """``value`` checked against the option's annotated types (integers are orders: >= 1)."""
+    if value is None:
+        if type(None) in option.types:
+            return None
+        raise _setting_error(key, value, "give a value (null is not accepted here)")
+    if bool in option.types:
         if not isinstance(value, bool):
             raise _setting_error(key, value, "give true or false")
         return value
-    if isinstance(default, int) or key in ("k", "maclaurin_order"):
-        if value is None and default is None:
-            return None
+    if int in option.types:
         return _integer(key, value)
-    if isinstance(default, float):
-        number = _number_or_none(key, value)
-        if number is None:
-            raise _setting_error(key, value, "give a number")
-        return number
+    if float in option.types:
+        return _number_or_none(key, value)
     return value
 
 
@@ -187,7 +188,7 @@ def _objective(kind: str, truncation_order: int, values: dict[str, Any]) -> Mome
             beta=values["transform_beta"],
         )
     if kind == "pass_at_k":
-        return moment_objective("pass_at_k", k=values["options"].get("k", 3))
+        return moment_objective("pass_at_k", k=values["options"]["k"])
     if kind == "maxrl":
         order = values["options"].get("maclaurin_order") or truncation_order
         return moment_objective("maxrl", order)
@@ -237,9 +238,8 @@ def read_estimator_settings(config: Any) -> EstimatorSettings:
     for key in ("transform_constant", "transform_alpha", "transform_beta"):
         values[key] = _number_or_none(key, config_value(config, key, None))
     options = {}
-    for key, default in estimator_options(estimator).items():
-        value = config_value(config, key, default)
-        options[key] = _option_value(key, value, default)
+    for key, option in estimator_options(estimator).items():
+        options[key] = _option_value(key, config_value(config, key, option.default), option)
     values["options"] = options
     try:
         objective = _objective(estimator_objective_kind(estimator), truncation_order, values)

@@ -252,11 +252,9 @@ def _validate_estimator(config: dict[str, Any], group_size: int, warnings: list[
     name = estimator_config.get("name")
     if name is None:
         raise MMPOInputError("grpo.adv_estimator.name is missing")
-    if not is_our_estimator(name) and name not in NEMO_RL_BUILTIN_ESTIMATORS:
-        read_estimator_settings(estimator_config)  # raises, naming both lists of names
-    if not is_our_estimator(name):
-        return
-    settings = read_estimator_settings(estimator_config)
+    if name in NEMO_RL_BUILTIN_ESTIMATORS:
+        return  # NeMo-RL's own estimator: NeMo-RL validates it
+    settings = read_estimator_settings(estimator_config)  # unknown names: both lists named
     if settings.estimator == "unbiased":
         order = settings.objective.truncation_order
         if group_size < 2 or order > group_size:
@@ -294,8 +292,8 @@ def _validate_loss(config: dict[str, Any], rollouts: int, warnings: list[str]) -
     loss_name = loss_config.get("name")
     if loss_name not in (None, *LOSS_NAMES):
         raise MMPOInputError(
-            f"loss_fn.name={loss_name!r}: use 'mmpo' (NeMo-RL's clipped surrogate with MMPO's "
-            "metrics) or 'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
+            f"loss_fn.name={loss_name!r}: use 'mmpo' (NeMo-RL's clipped surrogate, reporting "
+            "non-paper settings) or 'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
         )
     if loss_name == "mmpo":
         warnings.extend(

@@ -219,6 +219,8 @@ def test_prompts_sharing_a_prefix_or_first_token_form_their_own_groups():
         ({"name": "mmpo", "trunc_order": 3}, "grpo.adv_estimator.trunc_order=3"),
         ({"name": "MMPO"}, "did you mean 'mmpo'"),
         ({"name": "mmpo", "estimator": "grpo", "leave_one_out": "yes"}, "leave_one_out='yes'"),
+        ({"name": "pkpo", "k": None}, "grpo.adv_estimator.k=None"),
+        ({"name": "maxrl", "epsilon": "small"}, "epsilon='small'"),
     ],
 )
 def test_unknown_keys_and_values_are_named(config, fragment):
@@ -250,3 +252,9 @@ def test_token_weighted_advantage_metrics_follow_the_loss_mask():
     assert metrics["mmpo/positive_advantage_token_fraction"] == pytest.approx(
         ((loss_advantages > 0) * tokens).sum().item() / total, rel=0, abs=1e-12
     )
+
+
+def test_option_types_come_from_the_estimator_signature():
+    """``maclaurin_order: int | None`` takes null; ``epsilon: float`` takes an integer."""
+    settings = read_estimator_settings({"name": "maxrl", "maclaurin_order": None, "epsilon": 0})
+    assert settings.options == {"maclaurin_order": None, "epsilon": 0.0}
