@@ -19,6 +19,8 @@ fail); without it (``grpo_dmpo``) ``w_j = 1``. The training loss is
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from nemo_mmpo.errors import MMPOInputError
@@ -61,6 +63,74 @@ def signal_weights(
     return (has_signal[group_index] & valid).to(advantages.dtype)
 
 
+def _checked_inputs(
+    advantages: torch.Tensor,
+    mean_token_logprobs: torch.Tensor,
+    group_ids: torch.Tensor,
+    temperature: float,
+    valid_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    if not temperature > 0:
+        raise MMPOInputError(f"DMPO temperature alpha must be > 0 (paper: 1/15); got {temperature}")
+    if advantages.shape != mean_token_logprobs.shape or advantages.shape != group_ids.shape:
+        raise MMPOInputError(
+            f"advantages {tuple(advantages.shape)}, mean_token_logprobs "
+            f"{tuple(mean_token_logprobs.shape)} and group_ids {tuple(group_ids.shape)} must all "
+            "be [num_responses]"
+        )
+    if advantages.numel() == 0:
+        raise MMPOInputError("empty batch: no responses to compute the DMPO penalty on")
+    valid = (
+        torch.ones_like(advantages, dtype=torch.bool) if valid_mask is None else valid_mask.bool()
+    )
+    group_index = torch.unique(group_ids, return_inverse=True)[1]
+    return valid, group_index, int(group_index.max().item()) + 1
+
+
+@dataclass(frozen=True)
+class PenaltyTerms:
+    """The penalty's per-response parts (all ``[num_responses]``).
+
+    ``shares`` sum to the penalty (``w_j (p_j - q_j)^2 / W``) and carry the gradient through
+    the policy log-probabilities; ``target`` is ``p``, ``policy`` is ``q``, ``weights`` is
+    ``w`` (1.0 for responses the mean counts).
+    """
+
+    shares: torch.Tensor
+    target: torch.Tensor
+    policy: torch.Tensor
+    weights: torch.Tensor
+    group_index: torch.Tensor
+    num_groups: int
+
+
+def penalty_terms(
+    advantages: torch.Tensor,
+    mean_token_logprobs: torch.Tensor,
+    group_ids: torch.Tensor,
+    temperature: float = PAPER_TEMPERATURE,
+    valid_mask: torch.Tensor | None = None,
+    *,
+    filter_zero_signal: bool = True,
+) -> PenaltyTerms:
+    """The penalty split by response; arguments as :func:`distribution_matching_penalty`."""
+    valid, group_index, num_groups = _checked_inputs(
+        advantages, mean_token_logprobs, group_ids, temperature, valid_mask
+    )
+    dtype = mean_token_logprobs.dtype
+    advantages = advantages.detach().to(dtype)
+    with torch.no_grad():
+        target = group_softmax(advantages / temperature, group_index, num_groups, valid)
+        if filter_zero_signal:
+            weights = signal_weights(advantages, group_index, num_groups, valid)
+        else:
+            weights = valid.to(dtype)
+    policy = group_softmax(mean_token_logprobs, group_index, num_groups, valid)
+    squared = torch.where(valid, (target - policy).square(), torch.zeros_like(policy))
+    shares = squared * weights / weights.sum().clamp(min=1.0)
+    return PenaltyTerms(shares, target, policy, weights, group_index, num_groups)
+
+
 def distribution_matching_penalty(
     advantages: torch.Tensor,
     mean_token_logprobs: torch.Tensor,
@@ -85,29 +155,79 @@ def distribution_matching_penalty(
     Returns:
         The penalty; 0 (with a zero gradient) when no response is left.
     """
-    if not temperature > 0:
-        raise MMPOInputError(f"DMPO temperature alpha must be > 0 (paper: 1/15); got {temperature}")
-    if advantages.shape != mean_token_logprobs.shape or advantages.shape != group_ids.shape:
-        raise MMPOInputError(
-            f"advantages {tuple(advantages.shape)}, mean_token_logprobs "
-            f"{tuple(mean_token_logprobs.shape)} and group_ids {tuple(group_ids.shape)} must all "
-            "be [num_responses]"
-        )
-    if advantages.numel() == 0:
-        raise MMPOInputError("empty batch: no responses to compute the DMPO penalty on")
-    valid = (
-        torch.ones_like(advantages, dtype=torch.bool) if valid_mask is None else valid_mask.bool()
+    terms = penalty_terms(
+        advantages,
+        mean_token_logprobs,
+        group_ids,
+        temperature,
+        valid_mask,
+        filter_zero_signal=filter_zero_signal,
     )
-    group_index = torch.unique(group_ids, return_inverse=True)[1]
-    num_groups = int(group_index.max().item()) + 1
-    dtype = mean_token_logprobs.dtype
-    advantages = advantages.detach().to(dtype)
-    with torch.no_grad():
-        target = group_softmax(advantages / temperature, group_index, num_groups, valid)
-        if filter_zero_signal:
-            weights = signal_weights(advantages, group_index, num_groups, valid)
-        else:
-            weights = valid.to(dtype)
-    policy = group_softmax(mean_token_logprobs, group_index, num_groups, valid)
-    squared = torch.where(valid, (target - policy).square(), torch.zeros_like(policy))
-    return (squared * weights).sum() / weights.sum().clamp(min=1.0)
+    return terms.shares.sum()
+
+
+@dataclass(frozen=True)
+class LinearizedPenalty:
+    """The penalty at the rollout policy, as per-response constants (all ``[num_responses]``).
+
+    With ``phi_j`` the token-mean log-probability, the term
+    ``sum_j share_j + gradient_j * (phi_j - phi_j_at_rollout)`` has the penalty's value and
+    gradient at the rollout policy, and each response's part needs only its own tokens, so it
+    can be summed over any split of the batch (micro-batches, data-parallel ranks, packed
+    sequences). ``metrics`` are the step's diagnostics (see :func:`linearized_penalty`).
+    """
+
+    shares: torch.Tensor
+    gradient: torch.Tensor
+    metrics: dict[str, float]
+
+
+def linearized_penalty(
+    advantages: torch.Tensor,
+    mean_token_logprobs: torch.Tensor,
+    group_ids: torch.Tensor,
+    temperature: float = PAPER_TEMPERATURE,
+    valid_mask: torch.Tensor | None = None,
+    *,
+    filter_zero_signal: bool = True,
+) -> LinearizedPenalty:
+    """Per-response value and gradient of the penalty at ``mean_token_logprobs``.
+
+    ``gradient_j = d penalty / d phi_j`` (by autograd through :func:`penalty_terms`, so it is
+    the authors' gradient by construction), computed in float64.
+
+    Metrics (means over the groups the penalty counts): ``penalty``, ``target_policy_kl``
+    (``KL(p || q)``), ``total_variation`` (``0.5 sum |p - q|``), ``counted_fraction`` (share of
+    valid responses the mean counts), ``counted_groups``.
+    """
+    phi = mean_token_logprobs.detach().to(torch.float64).requires_grad_(True)
+    with torch.enable_grad():
+        terms = penalty_terms(
+            advantages.detach().to(torch.float64),
+            phi,
+            group_ids,
+            temperature,
+            valid_mask,
+            filter_zero_signal=filter_zero_signal,
+        )
+        penalty = terms.shares.sum()
+        (gradient,) = torch.autograd.grad(penalty, phi)
+    shares = terms.shares.detach()
+    policy = terms.policy.detach()
+    target, weights, index = terms.target, terms.weights, terms.group_index
+    kl_parts = torch.special.xlogy(target, target) - torch.special.xlogy(target, policy)
+    per_group = torch.zeros((3, terms.num_groups), dtype=torch.float64)
+    per_group[0].index_add_(0, index, kl_parts * weights)
+    per_group[1].index_add_(0, index, 0.5 * (target - policy).abs() * weights)
+    per_group[2].index_add_(0, index, weights)
+    counted = per_group[2] > 0
+    num_counted = int(counted.sum())
+    valid_count = float(len(weights) if valid_mask is None else valid_mask.bool().sum())
+    metrics = {
+        "penalty": float(penalty.detach()),
+        "target_policy_kl": float(per_group[0][counted].sum()) / max(num_counted, 1),
+        "total_variation": float(per_group[1][counted].sum()) / max(num_counted, 1),
+        "counted_fraction": float(weights.sum()) / max(valid_count, 1.0),
+        "counted_groups": float(num_counted),
+    }
+    return LinearizedPenalty(shares, gradient, metrics)

@@ -15,7 +15,15 @@ import pytest
 import torch
 
 from nemo_mmpo import MMPOInputError, compute_advantages
-from nemo_mmpo.dmpo import distribution_matching_penalty
+from nemo_mmpo.dmpo import distribution_matching_penalty, linearized_penalty
+from nemo_mmpo.nemo_rl.dmpo import (
+    GRADIENT_KEY,
+    DMPOSettings,
+    attach_penalty_terms,
+    penalty_term,
+    prompt_groups,
+    read_dmpo_settings,
+)
 
 
 def softmax_with_guard(values: torch.Tensor) -> torch.Tensor:
@@ -142,3 +150,168 @@ def test_bad_input_is_named(arguments, fragment):
     with pytest.raises(MMPOInputError) as error:
         distribution_matching_penalty(*arguments)
     assert fragment in str(error.value)
+
+
+@pytest.mark.parametrize("filter_zero_signal", [True, False])
+@pytest.mark.parametrize("temperature", [1 / 15, 1.0])
+@pytest.mark.parametrize("group_size", range(2, 11))
+def test_linearized_penalty_has_the_authors_value_and_gradient(
+    group_size, temperature, filter_zero_signal
+):
+    advantages, logprobs, groups = all_patterns_batch(group_size, seed=group_size)
+    linear = linearized_penalty(
+        advantages, logprobs, groups, temperature, filter_zero_signal=filter_zero_signal
+    )
+    logprobs.requires_grad_()
+    expected = reference(advantages, logprobs, groups, temperature, filter_zero_signal)
+    (expected_gradient,) = torch.autograd.grad(expected, logprobs)
+    assert linear.shares.sum().item() == pytest.approx(expected.item(), rel=1e-12, abs=1e-15)
+    assert linear.metrics["penalty"] == pytest.approx(expected.item(), rel=1e-12, abs=1e-15)
+    torch.testing.assert_close(linear.gradient, expected_gradient, rtol=1e-10, atol=1e-13)
+
+
+def test_linearized_metrics_match_direct_formulas():
+    groups = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    advantages = torch.tensor([1.0, -0.5, -0.5, 0.7, -0.7, 0.0, 0.0], dtype=torch.float64)
+    logprobs = torch.tensor([-0.1, -0.5, -0.3, -0.2, -0.9, -0.4, -0.6], dtype=torch.float64)
+    metrics = linearized_penalty(advantages, logprobs, groups, 0.5).metrics
+    kl, variation = [], []
+    for members in (slice(0, 3), slice(3, 5)):  # group 2 has no signal: left out
+        target = torch.softmax(advantages[members] / 0.5, 0)
+        policy = torch.softmax(logprobs[members], 0)
+        kl.append(float((target * (target / policy).log()).sum()))
+        variation.append(float(0.5 * (target - policy).abs().sum()))
+    assert metrics["target_policy_kl"] == pytest.approx(sum(kl) / 2, rel=1e-8)
+    assert metrics["total_variation"] == pytest.approx(sum(variation) / 2, rel=1e-8)
+    assert metrics["counted_fraction"] == pytest.approx(5 / 7)
+    assert metrics["counted_groups"] == 2.0
+
+
+def padded_batch(generator, prompts, group_sizes, max_len=12):
+    """A NeMo-RL-shaped batch: right-padded prompt + response rows, token mask on responses."""
+    rows, masks, lengths, group_of_row = [], [], [], []
+    for group, (prompt, size) in enumerate(zip(prompts, group_sizes, strict=True)):
+        for _ in range(size):
+            response_length = int(torch.randint(0, 5, (1,), generator=generator))
+            response = torch.randint(3, 50, (response_length,), generator=generator).tolist()
+            tokens = prompt + response
+            rows.append(tokens + [0] * (max_len - len(tokens)))
+            masks.append([0] * len(prompt) + [1] * response_length + [0] * (max_len - len(tokens)))
+            lengths.append(len(tokens))
+            group_of_row.append(group)
+    return (
+        torch.tensor(rows),
+        torch.tensor(masks),
+        torch.tensor(lengths),
+        torch.tensor(group_of_row),
+    )
+
+
+def test_prompt_groups_follow_the_prompt_tokens_not_the_padding():
+    generator = torch.Generator().manual_seed(3)
+    prompts = [[5, 6, 7], [5, 6], [5, 6, 7, 8], [9], [5, 6, 0]]  # prefixes of each other
+    input_ids, token_mask, lengths, expected = padded_batch(generator, prompts, [3, 2, 4, 2, 2])
+    assert (token_mask.sum(1) == 0).any()  # an empty response: its row is all prompt
+    permutation = torch.randperm(len(expected), generator=generator)
+    groups = prompt_groups(input_ids[permutation], token_mask[permutation], lengths[permutation])
+    expected = expected[permutation]
+    assert torch.equal(groups[:, None] == groups[None, :], expected[:, None] == expected)
+
+
+def batch_with_terms(seed=0, temperature=1 / 15, filter_zero_signal=True):
+    generator = torch.Generator().manual_seed(seed)
+    prompts = [[5, 6, 7], [5, 6], [8, 9, 10, 11], [12]]
+    input_ids, token_mask, lengths, groups = padded_batch(generator, prompts, [4, 3, 4, 2])
+    rows = len(groups)
+    rewards = (torch.rand(rows, generator=generator) < 0.5).double()
+    rewards[groups == 3] = 1.0  # a zero-signal group
+    advantages = compute_advantages(rewards, groups, None, "grpo")
+    prev_logprobs = -torch.rand(input_ids.shape, generator=generator, dtype=torch.float64)
+    prev_logprobs[:, 0] = 0.0
+    data = {
+        "input_ids": input_ids,
+        "input_lengths": lengths,
+        "token_mask": token_mask,
+        "sample_mask": torch.ones(rows, dtype=torch.float64),
+        "advantages": advantages[:, None].expand(input_ids.shape).clone(),
+        "prev_logprobs": prev_logprobs,
+    }
+    data["sample_mask"][1] = 0.0  # a filtered sample takes no part
+    settings = DMPOSettings(2.0, temperature, filter_zero_signal)
+    metrics = attach_penalty_terms(data, settings)
+    return data, groups, metrics
+
+
+@pytest.mark.parametrize("filter_zero_signal", [True, False])
+@pytest.mark.parametrize("temperature", [1 / 15, 1.0])
+def test_batch_terms_give_the_authors_penalty_at_the_rollout_policy(
+    temperature, filter_zero_signal
+):
+    data, groups, metrics = batch_with_terms(1, temperature, filter_zero_signal)
+    current = data["prev_logprobs"][:, 1:].clone().requires_grad_()
+    term = penalty_term(current, data, data["token_mask"])
+    (gradient,) = torch.autograd.grad(term, current)
+
+    # the authors' definition on the token-mean log-probabilities of the valid responses
+    reference_current = data["prev_logprobs"][:, 1:].clone().requires_grad_()
+    mask = data["token_mask"][:, 1:].double()
+    phi = (reference_current * mask).sum(1) / mask.sum(1).clamp(min=1)
+    valid = (data["sample_mask"] > 0) & (mask.sum(1) > 0)
+    expected = reference(
+        data["advantages"][valid, 0], phi[valid], groups[valid], temperature, filter_zero_signal
+    )
+    (expected_gradient,) = torch.autograd.grad(expected, reference_current)
+    assert term.item() == pytest.approx(expected.item(), rel=1e-12)
+    assert metrics["dmpo/penalty"] == pytest.approx(expected.item(), rel=1e-12)
+    torch.testing.assert_close(gradient, expected_gradient, rtol=1e-10, atol=1e-13)
+
+
+def test_batch_terms_are_the_same_on_every_split_of_the_batch():
+    data, _, _ = batch_with_terms(2)
+    current = (data["prev_logprobs"][:, 1:] - 0.05).clone().requires_grad_()  # a later step
+    whole = penalty_term(current, data, data["token_mask"])
+    (whole_gradient,) = torch.autograd.grad(whole, current)
+    generator = torch.Generator().manual_seed(0)
+    for pieces in (2, 3, len(data["sample_mask"])):
+        order = torch.randperm(len(data["sample_mask"]), generator=generator)
+        total = 0.0
+        for rows in order.tensor_split(pieces):
+            piece = {key: value[rows] for key, value in data.items()}
+            total = total + penalty_term(current[rows], piece, piece["token_mask"])
+        (gradient,) = torch.autograd.grad(total, current)
+        assert total.item() == pytest.approx(whole.item(), rel=1e-12)
+        torch.testing.assert_close(gradient, whole_gradient, rtol=1e-12, atol=1e-15)
+
+
+def test_missing_batch_terms_name_the_trainer_fix():
+    data, _, _ = batch_with_terms()
+    del data[GRADIENT_KEY]
+    with pytest.raises(RuntimeError, match="grpo_train and async_grpo_train"):
+        penalty_term(data["prev_logprobs"][:, 1:], data, data["token_mask"])
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"dmpo_weight": -1}, "loss_fn.dmpo_weight=-1 is not valid: give a number >= 0"),
+        ({"dmpo_temperature": 0}, "loss_fn.dmpo_temperature=0 is not valid: give a number > 0"),
+        ({"dmpo_temperature": "1/15"}, "loss_fn.dmpo_temperature='1/15'"),
+        ({"dmpo_weight": float("nan")}, "loss_fn.dmpo_weight=nan"),
+        ({"dmpo_filter_zero_signal": "yes"}, "loss_fn.dmpo_filter_zero_signal='yes'"),
+    ],
+)
+def test_bad_dmpo_settings_are_named(config, fragment):
+    with pytest.raises(MMPOInputError) as error:
+        read_dmpo_settings({"name": "dmpo", **config})
+    assert fragment in str(error.value)
+
+
+def test_dmpo_settings_default_to_the_paper_and_report_deviations():
+    assert read_dmpo_settings({"name": "dmpo"}) == DMPOSettings(2.0, 1 / 15, True)
+    assert read_dmpo_settings({"dmpo_temperature": 0.06666666666666667}).deviations() == []
+    assert read_dmpo_settings(
+        {"dmpo_weight": 1, "dmpo_filter_zero_signal": False}
+    ).deviations() == [
+        "loss_fn.dmpo_weight=1.0 (paper: 2.0)",
+        "loss_fn.dmpo_filter_zero_signal=False (paper: True)",
+    ]

@@ -8,9 +8,14 @@ wraps the name in each of those modules (:data:`HOOKED_MODULES`):
 
 - ``_create_advantage_estimator``: our :class:`MMPOAdvantageEstimator` when
   ``grpo.adv_estimator.name`` is one of ours, NeMo-RL's own otherwise;
-- ``ClippedPGLossFn``: our loss when ``loss_fn.name`` is ``mmpo``, NeMo-RL's otherwise;
+- ``ClippedPGLossFn``: our loss when ``loss_fn.name`` is ``mmpo`` or ``dmpo``, NeMo-RL's
+  otherwise;
 - ``_log_mixed_rewards_and_advantages_information``: also adds our estimator's
-  ``last_metrics`` to the step metrics (the synchronous trainers ignore ``last_metrics``).
+  ``last_metrics`` to the step metrics (the synchronous trainers ignore ``last_metrics``);
+- ``_apply_configured_message_level_advantage_penalties`` (called by ``grpo_train`` and
+  ``async_grpo_train`` with the training batch, after advantages and ``prev_logprobs``): with
+  ``loss_fn.name: dmpo``, also adds DMPO's per-response penalty terms to the batch and the
+  ``dmpo/`` metrics to the step (:mod:`nemo_mmpo.nemo_rl.dmpo`).
 
 It also puts this package on ``PYTHONPATH`` for NeMo-RL's Ray workers, which unpickle our loss.
 Idempotent; raises with the installed NeMo-RL version if a hook point has moved.
@@ -24,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nemo_mmpo.nemo_rl import dmpo
 from nemo_mmpo.nemo_rl.estimator import MMPOAdvantageEstimator, config_value, is_our_estimator
 
 SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
@@ -102,11 +108,36 @@ def _metrics_logger(original: Any) -> Any:
     return log_rewards_and_advantages
 
 
+def _batch_penalties(original: Any) -> Any:
+    @functools.wraps(original)
+    def apply_penalties(
+        train_data: Any, message_logs: Any, master_config: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        result = original(train_data, message_logs, master_config, *args, **kwargs)
+        loss_config = config_value(master_config, "loss_fn")
+        if not dmpo.is_dmpo_loss(loss_config):
+            return result
+        metrics = dmpo.attach_penalty_terms(train_data, dmpo.read_dmpo_settings(loss_config))
+        # NeMo-RL merges these into the step metrics and sums list values (see above).
+        return {**(result or {}), **{key: [value] for key, value in metrics.items()}}
+
+    setattr(apply_penalties, MARK, original)
+    return apply_penalties
+
+
 HOOKS = {
     "_create_advantage_estimator": _estimator_factory,
     "ClippedPGLossFn": _loss_factory,
     "_log_mixed_rewards_and_advantages_information": _metrics_logger,
+    "_apply_configured_message_level_advantage_penalties": _batch_penalties,
 }
+#: Hook points every supported NeMo-RL has; the others are hooked where present (DMPO needs
+#: the last one and says so when it is missing).
+REQUIRED_HOOKS = (
+    "_create_advantage_estimator",
+    "ClippedPGLossFn",
+    "_log_mixed_rewards_and_advantages_information",
+)
 
 
 def _import(name: str, required: bool) -> Any:
@@ -187,7 +218,7 @@ def install(loss: bool = True) -> list[str]:
             already running without nemo_mmpo on the workers' ``PYTHONPATH``.
     """
     grpo = _import("nemo_rl.algorithms.grpo", required=True)
-    for attribute in HOOKS:
+    for attribute in REQUIRED_HOOKS:
         if not hasattr(grpo, attribute):
             raise _hook_error(f"nemo_rl.algorithms.grpo has no attribute {attribute!r}")
     _reach_ray_workers()

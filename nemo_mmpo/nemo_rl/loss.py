@@ -11,6 +11,9 @@ advantage metrics are computed once per step by the estimator
 (:meth:`~nemo_mmpo.nemo_rl.estimator.MMPOAdvantageEstimator.compute_advantage`), not in every
 micro-batch here, so this loss costs what NeMo-RL's does.
 
+``loss_fn.name: dmpo`` (:class:`DMPOLossFn`) is the same surrogate plus DMPO's weighted
+distribution-matching penalty, linearised once per batch (:mod:`nemo_mmpo.nemo_rl.dmpo`).
+
 This module imports ``nemo_rl``; it is loaded by :func:`nemo_mmpo.nemo_rl.install` on the
 driver and by unpickling in NeMo-RL's policy workers.
 """
@@ -21,6 +24,7 @@ from typing import Any
 
 from nemo_rl.algorithms.loss import ClippedPGLossFn
 
+from nemo_mmpo.nemo_rl import dmpo
 from nemo_mmpo.nemo_rl.estimator import config_value
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 
@@ -37,8 +41,46 @@ class MMPOClippedPGLossFn(ClippedPGLossFn):
             print(f"[nemo-mmpo] loss_fn.name=mmpo with non-paper settings: {', '.join(deviations)}")
 
 
+class DMPOLossFn(ClippedPGLossFn):
+    """DMPO (Li et al. 2026): NeMo-RL's clipped surrogate ``+ dmpo_weight * penalty``.
+
+    The penalty is :func:`nemo_mmpo.dmpo.distribution_matching_penalty` over the whole batch,
+    in the per-response linearised form of :mod:`nemo_mmpo.nemo_rl.dmpo` (exact in value and
+    gradient at the first optimizer step of each batch; the same on every split of the batch).
+    Adds the loss metric ``dmpo/penalty_term`` (summed over micro-batches: the penalty).
+    """
+
+    def __init__(self, cfg: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cfg, *args, **kwargs)
+        self.dmpo = dmpo.read_dmpo_settings(cfg)
+        deviations = paper_setting_deviations(cfg) + self.dmpo.deviations()
+        if deviations:
+            print(f"[nemo-mmpo] loss_fn.name=dmpo with non-paper settings: {', '.join(deviations)}")
+
+    def __call__(
+        self,
+        next_token_logprobs: Any,
+        data: Any,
+        global_valid_seqs: Any,
+        global_valid_toks: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple[Any, dict]:
+        loss, metrics = super().__call__(
+            next_token_logprobs, data, global_valid_seqs, global_valid_toks, *args, **kwargs
+        )
+        term = dmpo.penalty_term(next_token_logprobs, data, data["token_mask"])
+        loss = loss + self.dmpo.weight * term
+        metrics["loss"] = loss.item()
+        metrics[f"{dmpo.METRIC_PREFIX}penalty_term"] = term.item()
+        return loss, metrics
+
+
 def build_loss(original_class: type, cfg: Any, *args: Any, **kwargs: Any) -> Any:
-    """Construct ours for ``loss_fn.name == 'mmpo'``, else NeMo-RL's ``original_class``."""
-    if config_value(cfg, "name") == LOSS_NAME:
+    """Ours for ``loss_fn.name`` ``mmpo`` or ``dmpo``, else NeMo-RL's ``original_class``."""
+    name = config_value(cfg, "name")
+    if name == LOSS_NAME:
         return MMPOClippedPGLossFn(cfg, *args, **kwargs)
+    if name == dmpo.LOSS_NAME:
+        return DMPOLossFn(cfg, *args, **kwargs)
     return original_class(cfg, *args, **kwargs)

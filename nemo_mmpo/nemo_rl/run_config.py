@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl.dmpo import read_dmpo_settings
 from nemo_mmpo.nemo_rl.estimator import (
     NEMO_RL_BUILTIN_ESTIMATORS,
     is_our_estimator,
@@ -244,7 +245,7 @@ def _get(config: dict[str, Any], dotted: str, default: Any = None) -> Any:
     return node
 
 
-LOSS_NAMES = ("mmpo", "clipped_pg")
+LOSS_NAMES = ("mmpo", "dmpo", "clipped_pg")
 
 
 def _validate_estimator(config: dict[str, Any], group_size: int, warnings: list[str]) -> None:
@@ -293,8 +294,11 @@ def _validate_loss(config: dict[str, Any], rollouts: int, warnings: list[str]) -
     if loss_name not in (None, *LOSS_NAMES):
         raise MMPOInputError(
             f"loss_fn.name={loss_name!r}: use 'mmpo' (NeMo-RL's clipped surrogate, reporting "
-            "non-paper settings) or 'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
+            "non-paper settings), 'dmpo' (the surrogate plus DMPO's penalty) or 'clipped_pg' "
+            "(NeMo-RL's ClippedPGLossFn as configured)"
         )
+    if loss_name == "dmpo":
+        _validate_dmpo(config, loss_config, rollouts, warnings)
     if loss_name == "mmpo":
         warnings.extend(
             f"{deviation}: loss_fn.name=mmpo computes NeMo-RL's loss with this value"
@@ -319,6 +323,40 @@ def _validate_loss(config: dict[str, Any], rollouts: int, warnings: list[str]) -
             "loss_fn.reference_policy_kl_penalty=0 but "
             "grpo.skip_reference_policy_logprobs_calculation=false: the reference log-probs "
             "are computed every step and unused"
+        )
+
+
+def _validate_dmpo(
+    config: dict[str, Any], loss_config: dict[str, Any], rollouts: int, warnings: list[str]
+) -> None:
+    settings = read_dmpo_settings(loss_config)
+    warnings.extend(
+        f"{deviation}: loss_fn.name=dmpo trains with this value"
+        for deviation in paper_setting_deviations(loss_config) + settings.deviations()
+    )
+    if loss_config.get("force_on_policy_ratio"):
+        raise MMPOInputError(
+            "loss_fn.name=dmpo needs the log-probabilities NeMo-RL computes before training "
+            "(prev_logprobs), which loss_fn.force_on_policy_ratio=true skips: set "
+            "loss_fn.force_on_policy_ratio=false"
+        )
+    if _get(config, "data_plane.enabled", False):
+        raise MMPOInputError(
+            "loss_fn.name=dmpo runs in NeMo-RL's grpo_train and async_grpo_train; "
+            "data_plane.enabled=true selects grpo_train_sync, which nemo-mmpo cannot reach "
+            "with DMPO's batch terms: set data_plane.enabled=false"
+        )
+    global_batch = _get(config, "policy.train_global_batch_size")
+    if isinstance(global_batch, int) and 0 < global_batch < rollouts:
+        warnings.append(
+            f"policy.train_global_batch_size={global_batch} < {rollouts} rollouts: "
+            f"{rollouts // global_batch} optimizer steps per batch; DMPO's penalty is exact at "
+            "the first and first-order (linearised at the batch's start) at the others"
+        )
+    if _get(config, "grpo.adv_estimator.name") != "grpo":
+        warnings.append(
+            f"grpo.adv_estimator.name={_get(config, 'grpo.adv_estimator.name')!r}: DMPO's "
+            "target is the softmax of these advantages; the paper's DMPO uses GRPO's"
         )
 
 
@@ -422,6 +460,13 @@ def run_plan(loaded: LoadedConfig) -> str:
         f"[{_get(config, 'loss_fn.ratio_clip_min')}, {_get(config, 'loss_fn.ratio_clip_max')}],"
         f" KL {_get(config, 'loss_fn.reference_policy_kl_penalty')}"
     )
+    if _get(config, "loss_fn.name") == "dmpo":
+        settings = read_dmpo_settings(_get(config, "loss_fn", {}))
+        mode = "zero-signal groups left out" if settings.filter_zero_signal else "all groups"
+        lines.append(
+            f"  + DMPO penalty: weight {settings.weight:g}, temperature "
+            f"{settings.temperature:.6g}, {mode}"
+        )
     lines.append(
         f"validation: every {_get(config, 'grpo.val_period')} steps; checkpoints: "
         f"{_get(config, 'checkpointing.checkpoint_dir')}"

@@ -32,6 +32,7 @@ def test_there_are_recipes_for_mmpo_and_every_baseline():
         "mmpo_math_qwen3_8b_2nodes",
         "mmpo_math_qwen3_32b_4nodes",
         "mmpo_math_qwen3_4b_async",
+        "dmpo_math_qwen3_1.7b",
     } <= names
 
 
@@ -46,7 +47,7 @@ def test_recipe_loads_and_validates(recipe):
     else:
         assert "colocated with training" in plan
     config = loaded.config
-    assert config["loss_fn"]["name"] == "mmpo"
+    assert config["loss_fn"]["name"] == ("dmpo" if recipe.stem.startswith("dmpo") else "mmpo")
     assert config["loss_fn"]["reference_policy_kl_penalty"] == 0.0
     assert config["loss_fn"]["ratio_clip_min"] == config["loss_fn"]["ratio_clip_max"] == 0.2
     assert config["grpo"]["reward_scaling"]["enabled"] is False
@@ -144,8 +145,10 @@ def test_dry_run_command(recipe):
     )
     assert result.returncode == 0, result.stderr
     assert "rollouts/step" in result.stdout
-    if "grpo_math" not in recipe.name:
+    if not recipe.name.startswith(("grpo_math", "dmpo_math")):  # NeMo-RL's GRPO estimator
         assert "a_k" in result.stdout
+    if recipe.name.startswith("dmpo_math"):
+        assert "DMPO penalty: weight 2, temperature 0.0666667, zero-signal groups" in result.stdout
 
 
 def test_dry_run_reports_a_bad_override_and_fails():
@@ -270,3 +273,37 @@ def test_non_paper_loss_settings_are_warned_for_dict_and_model_configs(as_model)
     )
     warnings = validate_run_config(loaded.config)
     assert any("reference_policy_kl_penalty=0.01 (paper: 0.0)" in item for item in warnings)
+
+
+DMPO_RECIPE = ROOT / "examples" / "configs" / "dmpo_math_qwen3_1.7b.yaml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (["loss_fn.force_on_policy_ratio=true"], "set loss_fn.force_on_policy_ratio=false"),
+        (["data_plane={enabled: true}"], "set data_plane.enabled=false"),
+        (["loss_fn.dmpo_temperature=0"], "loss_fn.dmpo_temperature=0 is not valid"),
+        (["loss_fn.dmpo_weight=-2"], "loss_fn.dmpo_weight=-2 is not valid"),
+    ],
+)
+def test_dmpo_configs_that_cannot_train_as_configured_are_refused(overrides, fragment):
+    loaded = load_run_config(DMPO_RECIPE, overrides, use_nemo_rl=False)
+    with pytest.raises(MMPOInputError) as error:
+        validate_run_config(loaded.config)
+    assert fragment in str(error.value)
+
+
+def test_dmpo_recipe_is_the_papers_and_deviations_are_reported():
+    assert validate_run_config(load_run_config(DMPO_RECIPE, use_nemo_rl=False).config) == []
+    overrides = [
+        "loss_fn.dmpo_weight=1.0",
+        "policy.train_global_batch_size=64",
+        "grpo.adv_estimator.name=mmpo",
+    ]
+    warnings = validate_run_config(
+        load_run_config(DMPO_RECIPE, overrides, use_nemo_rl=False).config
+    )
+    assert any("loss_fn.dmpo_weight=1.0 (paper: 2.0)" in warning for warning in warnings)
+    assert any("2 optimizer steps per batch" in warning for warning in warnings)
+    assert any("the paper's DMPO uses GRPO's" in warning for warning in warnings)

@@ -33,7 +33,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install
-from nemo_mmpo.nemo_rl.loss import MMPOClippedPGLossFn
+from nemo_mmpo.nemo_rl.loss import DMPOLossFn, MMPOClippedPGLossFn
 
 PROMPTS, GROUP = 4, 4
 TINY_RUN = [
@@ -243,23 +243,15 @@ def test_async_grpo_train_runs_our_estimator_and_loss(
     """NeMo-RL's asynchronous trainer with the async recipe: collector and replay buffer are
     NeMo-RL's Ray actors; generation streams through the stand-in's ``generate_async``.
 
-    NeMo-RL runs those two actors in its vLLM environment (a uv-built venv with vLLM, which
-    cannot exist here); they run on this interpreter instead.
+    See :func:`async_trainer`.
     """
-    registry = import_nemo_rl("nemo_rl.distributed.ray_actor_environment_registry")
-    system = import_nemo_rl("nemo_rl.distributed.virtual_cluster").PY_EXECUTABLES.SYSTEM
-    for actor in ("AsyncTrajectoryCollector", "ReplayBuffer"):
-        name = f"nemo_rl.algorithms.async_utils.{actor}"
-        monkeypatch.setitem(registry.ACTOR_ENVIRONMENT_REGISTRY, name, system)
     install()
     config = master_config_from_recipe(
         "mmpo_math_qwen3_4b_async.yaml",
         [*TINY_RUN, "grpo.async_grpo.max_trajectory_age_steps=1"],
     )
     assert config.loss_fn.use_importance_sampling_correction is True
-    policy, logger, _ = run_trainer(
-        grpo.async_grpo_train, config, tmp_path, max_trajectory_age_steps=1
-    )
+    policy, logger, _ = async_trainer(config, tmp_path, monkeypatch)
     assert len(estimator_calls) == 2 and len(policy.train_calls) == 2
     for call, estimate in zip(policy.train_calls, estimator_calls, strict=True):
         expected = compute_advantages(
@@ -272,3 +264,91 @@ def test_async_grpo_train_runs_our_estimator_and_loss(
         assert isinstance(call["loss_fn"], MMPOClippedPGLossFn)
         assert torch.equal(call["loss"], nemo_rl_loss(config, call)[0])
     assert any(name.endswith("mmpo/failure_moment_4") for name in logger.metrics)
+
+
+def async_trainer(config, tmp_path, monkeypatch):
+    """NeMo-RL's ``async_grpo_train`` with its collector and replay buffer on this interpreter.
+
+    NeMo-RL runs those two Ray actors in its vLLM environment (a uv-built venv with vLLM, which
+    cannot exist here).
+    """
+    registry = import_nemo_rl("nemo_rl.distributed.ray_actor_environment_registry")
+    system = import_nemo_rl("nemo_rl.distributed.virtual_cluster").PY_EXECUTABLES.SYSTEM
+    for actor in ("AsyncTrajectoryCollector", "ReplayBuffer"):
+        name = f"nemo_rl.algorithms.async_utils.{actor}"
+        monkeypatch.setitem(registry.ACTOR_ENVIRONMENT_REGISTRY, name, system)
+    return run_trainer(grpo.async_grpo_train, config, tmp_path, max_trajectory_age_steps=1)
+
+
+def dmpo_reference(call, temperature=1 / 15):
+    """The authors' penalty (``tests/test_dmpo.py``) at the batch's ``prev_logprobs``: value and
+    gradient in the next-token log-probabilities, with groups read from the prompt rows."""
+    from test_dmpo import reference
+
+    data = call["data"]
+    mask = data["token_mask"][:, 1:].double()
+    first_response = data["token_mask"].argmax(dim=1)
+    prompts = [
+        tuple(row[:start].tolist())
+        for row, start in zip(data["input_ids"], first_response, strict=True)
+    ]
+    groups = torch.tensor([sorted(set(prompts)).index(prompt) for prompt in prompts])
+    current = data["prev_logprobs"][:, 1:].double().clone().requires_grad_()
+    phi = (current * mask).sum(1) / mask.sum(1).clamp(min=1)
+    advantages = (data["advantages"][:, 1:].double() * mask).sum(1) / mask.sum(1).clamp(min=1)
+    valid = (data["sample_mask"] > 0) & (mask.sum(1) > 0)
+    penalty = reference(advantages[valid], phi[valid], groups[valid], temperature, True)
+    (gradient,) = torch.autograd.grad(penalty, current)
+    return penalty.item(), gradient, groups
+
+
+def test_grpo_train_runs_dmpo_with_the_authors_penalty(ray_cluster, tmp_path, capsys):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    install()
+    config = master_config_from_recipe("dmpo_math_qwen3_1.7b.yaml", TINY_RUN)
+    policy, logger, _ = run_trainer(grpo.grpo_train, config, tmp_path)
+    assert len(policy.train_calls) == 2
+    for step, call in enumerate(policy.train_calls, start=1):
+        data = call["data"]
+        assert isinstance(call["loss_fn"], DMPOLossFn)
+        penalty, gradient, groups = dmpo_reference(call)
+        assert torch.bincount(groups).tolist() == [GROUP] * PROMPTS
+        assert penalty > 0  # mixed groups: the policy's softmax is not the target's
+        # the first optimizer step of the batch: the policy that computed prev_logprobs
+        at_rollout = data["prev_logprobs"][:, 1:].clone().requires_grad_()
+        counts = (call["global_valid_seqs"], call["global_valid_toks"])
+        ours, _ = call["loss_fn"](at_rollout, data, *counts)
+        theirs, _ = loss_module.ClippedPGLossFn(config.loss_fn)(at_rollout, data, *counts)
+        (difference_gradient,) = torch.autograd.grad(ours - theirs, at_rollout)
+        assert (ours - theirs).item() == pytest.approx(2.0 * penalty, rel=1e-5)
+        torch.testing.assert_close(
+            difference_gradient.double(), 2.0 * gradient, rtol=1e-4, atol=1e-8
+        )
+        # what the stand-in trained on: NeMo-RL's surrogate + 2 x the penalty term it reported
+        term = call["metrics"]["dmpo/penalty_term"]
+        assert call["loss"].item() == pytest.approx(
+            nemo_rl_loss(config, call)[0].item() + 2 * term, rel=1e-5
+        )
+        logged = dict(logger.metrics["train/dmpo/penalty"])
+        assert logged[step] == pytest.approx(penalty, rel=1e-5)
+    for name in ("target_policy_kl", "total_variation", "counted_fraction", "penalty_term"):
+        assert [step for step, _ in logger.metrics[f"train/dmpo/{name}"]] == [1, 2]
+    assert "Skipping aggregation for dmpo/" not in capsys.readouterr().out
+
+
+def test_async_grpo_train_runs_dmpo(ray_cluster, tmp_path, monkeypatch):
+    """The asynchronous trainer computes ``prev_logprobs`` with the training policy and calls
+    the same hook: the batch terms are the authors' penalty at that policy."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    install()
+    config = master_config_from_recipe(
+        "mmpo_math_qwen3_4b_async.yaml",
+        [*TINY_RUN, "grpo.async_grpo.max_trajectory_age_steps=1", "loss_fn.name=dmpo"],
+    )
+    policy, logger, _ = async_trainer(config, tmp_path, monkeypatch)
+    assert len(policy.train_calls) == 2
+    for call in policy.train_calls:
+        assert isinstance(call["loss_fn"], DMPOLossFn)
+        penalty, _, _ = dmpo_reference(call)
+        assert call["data"]["dmpo_penalty_share"].sum().item() == pytest.approx(penalty, rel=1e-5)
+    assert any(name.endswith("dmpo/penalty") for name in logger.metrics)

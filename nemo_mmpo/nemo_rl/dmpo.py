@@ -1,0 +1,208 @@
+"""DMPO in NeMo-RL, the part without NeMo-RL imports: settings and per-batch penalty terms.
+
+DMPO (``loss_fn.name: dmpo``) trains GRPO's clipped surrogate plus ``weight * penalty``, the
+distribution-matching penalty of :mod:`nemo_mmpo.dmpo`. The penalty couples the responses of a
+prompt group (two softmaxes over the group), while NeMo-RL splits a batch across data-parallel
+ranks, micro-batches and packed sequences, and calls the loss on each piece. So the penalty is
+linearised once per batch, on the driver, at the log-probabilities NeMo-RL computed just before
+(``prev_logprobs``, the policy the optimizer starts from):
+
+    term = sum_j share_j + gradient_j * (phi_j - phi_j_before),
+
+with ``phi_j`` response ``j``'s token-mean log-probability. Each response's part needs only its
+own tokens, so the term's sum over any split of the batch is the same; at the first optimizer
+step of a batch (``phi = phi_before``) its value is the penalty and its gradient the penalty's
+gradient, exactly. With the paper's one optimizer step per batch that is every step; with
+several (``policy.train_global_batch_size`` below the batch), later steps use the first-order
+term, and the run plan says so.
+
+:func:`attach_penalty_terms` adds ``dmpo_penalty_share`` and ``dmpo_penalty_gradient``
+(``[batch]``) to NeMo-RL's ``train_data``; :class:`~nemo_mmpo.nemo_rl.loss.DMPOLossFn` reads
+them in the policy workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from nemo_mmpo.dmpo import PAPER_COEFFICIENT, PAPER_TEMPERATURE, linearized_penalty
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl.estimator import config_value
+
+LOSS_NAME = "dmpo"
+SHARE_KEY = "dmpo_penalty_share"
+GRADIENT_KEY = "dmpo_penalty_gradient"
+METRIC_PREFIX = "dmpo/"
+#: ``loss_fn`` keys of DMPO, with the paper's values (the authors' ``dmpo_beta`` is the weight).
+PAPER_SETTINGS: dict[str, Any] = {
+    "dmpo_weight": PAPER_COEFFICIENT,
+    "dmpo_temperature": PAPER_TEMPERATURE,
+    "dmpo_filter_zero_signal": True,
+}
+
+
+@dataclass(frozen=True)
+class DMPOSettings:
+    """``loss_fn``'s DMPO settings: penalty weight (lambda), temperature (alpha), filter mode."""
+
+    weight: float = PAPER_COEFFICIENT
+    temperature: float = PAPER_TEMPERATURE
+    filter_zero_signal: bool = True
+
+    def deviations(self) -> list[str]:
+        """``loss_fn.key=value (paper: v)`` for each setting that is not the paper's."""
+        values = {
+            "dmpo_weight": self.weight,
+            "dmpo_temperature": self.temperature,
+            "dmpo_filter_zero_signal": self.filter_zero_signal,
+        }
+        return [
+            f"loss_fn.{key}={values[key]!r} (paper: {paper!r})"
+            for key, paper in PAPER_SETTINGS.items()
+            if (
+                abs(values[key] - paper) > 1e-9
+                if key != "dmpo_filter_zero_signal"
+                else values[key] != paper
+            )
+        ]
+
+
+def _number(key: str, value: Any, positive: bool) -> float:
+    bound = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise MMPOInputError(f"loss_fn.{key}={value!r} is not valid: give a number {bound}")
+    if (positive and value <= 0) or value < 0:
+        raise MMPOInputError(f"loss_fn.{key}={value!r} is not valid: give a number {bound}")
+    return float(value)
+
+
+def read_dmpo_settings(loss_config: Any) -> DMPOSettings:
+    """Validate the ``dmpo_*`` keys of ``loss_fn`` (mapping or pydantic model).
+
+    Raises:
+        MMPOInputError: naming the key, its value and what is accepted.
+    """
+    filter_zero_signal = config_value(
+        loss_config, "dmpo_filter_zero_signal", PAPER_SETTINGS["dmpo_filter_zero_signal"]
+    )
+    if not isinstance(filter_zero_signal, bool):
+        raise MMPOInputError(
+            f"loss_fn.dmpo_filter_zero_signal={filter_zero_signal!r} is not valid: give true "
+            "(the authors' grpo_dmpo_zero, default) or false (grpo_dmpo)"
+        )
+    return DMPOSettings(
+        weight=_number(
+            "dmpo_weight", config_value(loss_config, "dmpo_weight", PAPER_COEFFICIENT), False
+        ),
+        temperature=_number(
+            "dmpo_temperature",
+            config_value(loss_config, "dmpo_temperature", PAPER_TEMPERATURE),
+            True,
+        ),
+        filter_zero_signal=filter_zero_signal,
+    )
+
+
+def is_dmpo_loss(loss_config: Any) -> bool:
+    """Whether ``loss_fn.name`` selects DMPO."""
+    return config_value(loss_config, "name") == LOSS_NAME
+
+
+def prompt_groups(
+    input_ids: torch.Tensor, token_mask: torch.Tensor, input_lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``[batch]`` group ids: rows whose prompts (the tokens before the first loss token) match.
+
+    Args:
+        input_ids: ``[batch, seq_len]`` prompt and response tokens, right-padded.
+        token_mask: ``[batch, seq_len]`` 1 on the tokens the loss trains on (the response).
+        input_lengths: ``[batch]`` unpadded lengths; a row with no loss token is all prompt
+            (without lengths, all of the row).
+    """
+    mask = token_mask.bool()
+    has_response = mask.any(dim=1)
+    if input_lengths is None:
+        input_lengths = torch.full_like(has_response, input_ids.shape[1], dtype=torch.long)
+    first = torch.where(has_response, mask.int().argmax(dim=1), input_lengths.long())
+    width = max(int(first.max().item()), 1)
+    positions = torch.arange(width, device=input_ids.device)
+    prefix = torch.where(positions < first[:, None], input_ids[:, :width], -1)
+    keys = torch.cat([first[:, None], prefix.long()], dim=1)
+    return torch.unique(keys, dim=0, return_inverse=True)[1]
+
+
+def token_means(values: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+    """``[batch]`` mean of ``values[:, 1:]`` over the loss tokens ``token_mask[:, 1:]`` (0 if none).
+
+    ``values`` is ``[batch, seq_len]`` (NeMo-RL's ``prev_logprobs``/``advantages`` layout) or
+    ``[batch, seq_len - 1]`` (the next-token log-probabilities the loss receives).
+    """
+    mask = token_mask[:, 1:].to(values.dtype)
+    if values.shape[1] == token_mask.shape[1]:
+        values = values[:, 1:]
+    return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+def attach_penalty_terms(train_data: Any, settings: DMPOSettings) -> dict[str, float]:
+    """Add the linearised penalty (:data:`SHARE_KEY`, :data:`GRADIENT_KEY`) to ``train_data``.
+
+    Args:
+        train_data: NeMo-RL's training batch after advantages: ``input_ids``, ``token_mask``,
+            ``sample_mask``, ``advantages`` and ``prev_logprobs`` (``[batch, seq_len]``).
+        settings: the DMPO settings of ``loss_fn``.
+
+    Returns:
+        The step's ``dmpo/`` metrics (:func:`nemo_mmpo.dmpo.linearized_penalty`).
+    """
+    missing = [
+        key
+        for key in ("input_ids", "token_mask", "sample_mask", "advantages", "prev_logprobs")
+        if key not in train_data
+    ]
+    if missing:
+        raise MMPOInputError(f"loss_fn.name=dmpo: NeMo-RL's train_data lacks {', '.join(missing)}")
+    token_mask = train_data["token_mask"]
+    prev_logprobs = train_data["prev_logprobs"]
+    response_tokens = token_mask[:, 1:].sum(dim=1)
+    valid = (train_data["sample_mask"] > 0) & (response_tokens > 0)
+    penalty = linearized_penalty(
+        token_means(train_data["advantages"].to(torch.float64), token_mask),
+        token_means(prev_logprobs.to(torch.float64), token_mask),
+        prompt_groups(train_data["input_ids"], token_mask, train_data.get("input_lengths")),
+        settings.temperature,
+        valid,
+        filter_zero_signal=settings.filter_zero_signal,
+    )
+    train_data[SHARE_KEY] = penalty.shares.to(prev_logprobs.dtype)
+    train_data[GRADIENT_KEY] = penalty.gradient.to(prev_logprobs.dtype)
+    return {f"{METRIC_PREFIX}{key}": value for key, value in penalty.metrics.items()}
+
+
+def penalty_term(
+    next_token_logprobs: torch.Tensor, data: Any, token_mask: torch.Tensor
+) -> torch.Tensor:
+    """This piece of the batch's share of the linearised penalty (a differentiable scalar).
+
+    Args:
+        next_token_logprobs: ``[rows, seq_len - 1]`` current log-probabilities (the loss input).
+        data: the piece's data, with ``prev_logprobs`` and the two keys of
+            :func:`attach_penalty_terms`.
+        token_mask: ``[rows, seq_len]`` loss-token mask.
+    """
+    missing = [key for key in (SHARE_KEY, GRADIENT_KEY) if key not in data]
+    if missing:
+        raise RuntimeError(
+            f"loss_fn.name=dmpo: the training batch has no {', '.join(missing)}. nemo-mmpo "
+            "adds them in NeMo-RL's grpo_train and async_grpo_train (after "
+            "nemo_mmpo.nemo_rl.install()); this trainer did not call the hooked "
+            "_apply_configured_message_level_advantage_penalties. Use those trainers "
+            "(data_plane.enabled=false) or loss_fn.name=mmpo"
+        )
+    phi = token_means(next_token_logprobs, token_mask)
+    phi_before = token_means(data["prev_logprobs"].to(phi.dtype), token_mask)
+    share = data[SHARE_KEY].to(phi.dtype)
+    gradient = data[GRADIENT_KEY].to(phi.dtype)
+    return (share + gradient * (phi - phi_before)).sum()
