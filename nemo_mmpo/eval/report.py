@@ -1,20 +1,26 @@
-"""One command from rollout files to a report folder: summary.md plus PNG figures.
+"""One command from rollout files to a report folder: summary.md, summary.json, PNG figures.
 
     python -m nemo_mmpo.eval report runs/mmpo.jsonl runs/grpo.jsonl --out report/
 
-Method names come from the file names (``mmpo.jsonl`` -> ``mmpo``) or ``NAME=path``.
+Method names come from the file names (``mmpo.jsonl`` -> ``mmpo``) or ``NAME=path``; the same
+``NAME`` given several times makes one run of several files (shards). A spec that is an
+existing path is a path, even if it contains ``=``.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.metrics import first_success_distribution, gini_by_method, pass_at_k
-from nemo_mmpo.eval.rollouts import ProblemCounts, problem_counts, read_rollouts
+from nemo_mmpo.eval.rollouts import ProblemCounts, load_run
 from nemo_mmpo.io import pyplot, save_figure_atomic, write_text_atomic
 
 PAPER_COLUMNS = (("math500", 1), ("olymmath", 1), ("amc23", 16), ("aime24", 16), ("aime25", 16))
@@ -33,19 +39,74 @@ def _progress(items, description: str, enabled: bool):
     return tqdm(items, desc=description)
 
 
+def parse_run_spec(spec: str) -> tuple[str, Path, bool]:
+    """``(name, path, named)`` of ``NAME=path`` or ``path`` (an existing path wins)."""
+    if Path(spec).exists() or "=" not in spec:
+        return Path(spec).stem, Path(spec), False
+    name, _, path = spec.partition("=")
+    if not re.fullmatch(r"[\w.+-]+", name):
+        raise MMPOInputError(
+            f"run {spec!r}: no such file, and {name!r} is not a run name (letters, digits, "
+            "'_', '.', '+', '-'); give NAME=path or an existing path"
+        )
+    return name, Path(path), True
+
+
 def load_runs(specs: Sequence[str], progress: bool = True) -> dict[str, ProblemCounts]:
-    """``["name=path" or "path", ...]`` -> per-run problem counts."""
+    """``["name=path" or "path", ...]`` -> per-run problem counts (notes go to stderr)."""
+    files: dict[str, list[Path]] = {}
+    named: dict[str, bool] = {}
+    for spec in specs:
+        name, path, explicit = parse_run_spec(spec)
+        if name in files and not (explicit and named[name]):
+            raise MMPOInputError(
+                f"two runs are named {name!r} ({files[name][0]} and {path}); name them with "
+                "NAME=path (the same NAME on several files makes one run of shards)"
+            )
+        files.setdefault(name, []).append(path)
+        named[name] = explicit
     runs: dict[str, ProblemCounts] = {}
-    for spec in _progress(list(specs), "reading rollouts", progress):
-        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        name = name or Path(path).stem
-        if name in runs:
-            raise MMPOInputError(f"two runs are named {name!r}; name them with NAME=path")
-        runs[name] = problem_counts(read_rollouts(path))
+    for name in _progress(list(files), "reading rollouts", progress):
+        runs[name] = load_run(files[name])
+        for note in runs[name].notes:
+            print(f"note: run {name}: {note}", file=sys.stderr)
     return runs
 
 
-def benchmark_table(runs: dict[str, ProblemCounts]) -> str:
+def _sample_range(samples: np.ndarray) -> str:
+    low, high = int(samples.min()), int(samples.max())
+    if low == high:
+        return f"{low}"
+    fewer = int((samples < high).sum())
+    return f"mixed {low}-{high} ({fewer} problems with fewer than {high})"
+
+
+def inputs_section(runs: dict[str, ProblemCounts]) -> str:
+    """What each number covers: files, problems and samples per benchmark, statuses, notes."""
+    lines = [
+        "## Inputs",
+        "",
+        "| run | benchmark | problems | samples | samples per problem |",
+        "|---|---|---|---|---|",
+    ]
+    for name, counts in runs.items():
+        for benchmark in [*counts.benchmarks, "all"]:
+            subset = counts if benchmark == "all" else counts.benchmark(benchmark)
+            lines.append(
+                f"| {name} | {benchmark} | {len(subset.keys)} | {int(subset.samples.sum())} | "
+                f"{_sample_range(subset.samples)} |"
+            )
+    lines.append("")
+    for name, counts in runs.items():
+        statuses = ", ".join(
+            f"{key} {value}" for key, value in sorted(counts.status_counts.items())
+        )
+        lines.append(f"- {name}: {len(counts.files)} file(s); status: {statuses or 'none'}")
+        lines.extend(f"  - note: {note}" for note in counts.notes)
+    return "\n".join(lines)
+
+
+def benchmark_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = None) -> str:
     """The paper's table: avg@1 on MATH500/OlymMATH, avg@16 on AMC23/AIME24/AIME25, mean.
 
     A column is headed by the samples per problem the files hold (``avg@n``: the mean over
@@ -58,8 +119,10 @@ def benchmark_table(runs: dict[str, ProblemCounts]) -> str:
         header.append(f"{benchmark} ({label})")
     header.append("average")
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    numbers = {} if numbers is None else numbers
     for name, counts in runs.items():
         cells, values = [], []
+        numbers[name] = {}
         for benchmark, _ in PAPER_COLUMNS:
             subset = counts.benchmark(benchmark)
             if not subset.keys:
@@ -68,12 +131,24 @@ def benchmark_table(runs: dict[str, ProblemCounts]) -> str:
             value = 100.0 * float(np.mean(subset.correct / subset.samples))
             values.append(value)
             cells.append(f"{value:.1f}")
+            numbers[name][benchmark] = {
+                "accuracy_percent": value,
+                "problems": len(subset.keys),
+                "samples": int(subset.samples.sum()),
+                "samples_per_problem_min": int(subset.samples.min()),
+                "samples_per_problem_max": int(subset.samples.max()),
+            }
+        numbers[name]["average_percent"] = float(np.mean(values)) if values else None
         average = f"{np.mean(values):.1f}" if values else "–"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {average} |")
     return "\n".join(lines)
 
 
-def pass_table(runs: dict[str, ProblemCounts]) -> tuple[str, dict[str, dict[int, float]]]:
+def pass_table(
+    runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = None
+) -> tuple[str, dict[str, dict[int, float]]]:
+    """pass@k per run and benchmark (blank where a problem has fewer than k samples)."""
+    numbers = {} if numbers is None else numbers
     curves: dict[str, dict[int, float]] = {}
     lines = [
         "| method | benchmark | " + " | ".join(f"pass@{k}" for k in PASS_AT) + " |",
@@ -81,17 +156,21 @@ def pass_table(runs: dict[str, ProblemCounts]) -> tuple[str, dict[str, dict[int,
     ]
     for name, counts in runs.items():
         curves[name] = {}
+        numbers[name] = {}
         for benchmark in [*counts.benchmarks, "all"]:
             subset = counts if benchmark == "all" else counts.benchmark(benchmark)
             cells = []
+            numbers[name][benchmark] = {}
             for k in PASS_AT:
                 if subset.samples.min() >= k:
                     value = float(pass_at_k(subset.samples, subset.correct, k).mean())
                     cells.append(f"{100 * value:.1f}")
+                    numbers[name][benchmark][f"pass@{k}"] = value
                     if benchmark == "all":
                         curves[name][k] = value
                 else:
                     cells.append("–")
+                    numbers[name][benchmark][f"pass@{k}"] = None
             lines.append(f"| {name} | {benchmark} | " + " | ".join(cells) + " |")
     return "\n".join(lines), curves
 
@@ -120,13 +199,41 @@ def _finish(figure, axis, path: Path, xlabel: str, ylabel: str, title: str) -> N
     pyplot().close(figure)
 
 
-def _tables_section(runs, success, out: Path) -> str:
-    table, _ = pass_table(runs)
-    return "## Benchmarks\n\n" + benchmark_table(runs) + "\n\n## pass@k (%)\n\n" + table
+def _inputs_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
+    numbers["inputs"] = {
+        name: {
+            "files": counts.files,
+            "problems": len(counts.keys),
+            "samples": int(counts.samples.sum()),
+            "status_counts": counts.status_counts,
+            "notes": counts.notes,
+        }
+        for name, counts in runs.items()
+    }
+    return inputs_section(runs)
 
 
-def _gini_section(runs, success, out: Path) -> str:
+def _tables_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
+    numbers["benchmarks"], numbers["pass_at_k"] = {}, {}
+    table, _ = pass_table(runs, numbers["pass_at_k"])
+    return (
+        "## Benchmarks\n\n"
+        + benchmark_table(runs, numbers["benchmarks"])
+        + "\n\n## pass@k (%)\n\n"
+        + table
+    )
+
+
+def _gini_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
     results = [gini_by_method(success, alpha) for alpha in ALPHAS]
+    numbers["gini"] = [
+        {
+            "alpha": result["alpha"],
+            "problems_kept": result["kept"],
+            "gini": {name: float(result["methods"][name]["gini"]) for name in runs},
+        }
+        for result in results
+    ]
     lines = ["| alpha | problems kept | " + " | ".join(runs) + " |", "|---" * (len(runs) + 2) + "|"]
     for result in results:
         cells = [f"{result['methods'][name]['gini']:.4f}" for name in runs]
@@ -149,7 +256,7 @@ def _gini_section(runs, success, out: Path) -> str:
     )
 
 
-def _lorenz_section(runs, success, out: Path) -> str:
+def _lorenz_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
     result = gini_by_method(success, LORENZ_ALPHA)
     figure, axis = pyplot().subplots(figsize=(4.6, 4.4))
     axis.plot([0, 1], [0, 1], color="grey", linestyle="--", label="equality")
@@ -168,7 +275,8 @@ def _lorenz_section(runs, success, out: Path) -> str:
     return "## Lorenz curves\n\n![Lorenz](lorenz.png)"
 
 
-def _first_success_section(runs, success, out: Path) -> str:
+def _first_success_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
+    numbers["first_success"] = {}
     figure, axis = pyplot().subplots(figsize=(6, 3.6))
     width = 0.8 / len(runs)
     lines = ["| method | attempts | P(first success at 1) | never solved |", "|---|---|---|---|"]
@@ -177,6 +285,11 @@ def _first_success_section(runs, success, out: Path) -> str:
         attempts = np.arange(1, len(distribution["pmf"]) + 2)
         heights = np.concatenate([distribution["pmf"], [distribution["never_solved"]]])
         axis.bar(attempts + offset * width, heights, width=width, label=name)
+        numbers["first_success"][name] = {
+            "attempts": len(distribution["pmf"]),
+            "probability_first_success_at": [float(value) for value in distribution["pmf"]],
+            "never_solved": float(distribution["never_solved"]),
+        }
         lines.append(
             f"| {name} | {len(distribution['pmf'])} | {distribution['pmf'][0]:.3f} | "
             f"{distribution['never_solved']:.3f} |"
@@ -192,7 +305,7 @@ def _first_success_section(runs, success, out: Path) -> str:
     return "## First-success time\n\n" + "\n".join(lines) + "\n\n![first](first_success.png)"
 
 
-def _pass_curve_section(runs, success, out: Path) -> str:
+def _pass_curve_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
     _, curves = pass_table(runs)
     figure, axis = pyplot().subplots(figsize=(5, 3.6))
     for name, curve in curves.items():
@@ -204,6 +317,7 @@ def _pass_curve_section(runs, success, out: Path) -> str:
 
 
 SECTIONS = (
+    _inputs_section,
     _tables_section,
     _gini_section,
     _lorenz_section,
@@ -213,12 +327,18 @@ SECTIONS = (
 
 
 def write_report(runs: dict[str, ProblemCounts], out: str | Path, progress: bool = True) -> Path:
-    """Write ``summary.md`` and the figures into ``out``; returns the summary's path."""
+    """Write ``summary.md``, ``summary.json`` (every number of the summary) and the figures
+    into ``out``; returns the summary's path."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise MMPOInputError(f"--out {out} is a file; give a directory (created if missing)")
+    out.mkdir(parents=True, exist_ok=True)
     success = common_success(runs)
+    numbers: dict[str, Any] = {"runs": list(runs)}
     sections = [f"# Evaluation report\n\nRuns: {', '.join(runs)}.\n"]
     for section in _progress(SECTIONS, "writing report", progress):
-        sections.append(section(runs, success, out))
+        sections.append(section(runs, success, out, numbers))
+    write_text_atomic(out / "summary.json", json.dumps(numbers, indent=2) + "\n")
     summary = out / "summary.md"
     write_text_atomic(summary, "\n\n".join(sections) + "\n")
     return summary
