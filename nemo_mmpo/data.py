@@ -1,9 +1,12 @@
 """Math benchmarks as data: loaders that normalise every upload to one schema.
 
 Schema of a record: ``{"id", "problem", "answer", "source"}`` (plus ``level``/``subject``
-when the upload has them). Hugging Face ids and revisions are pinned in :data:`BENCHMARKS`;
-any benchmark can also be read from a local JSONL or Parquet file with the same fields (or
-the upload's own field names, which are normalised the same way).
+when the upload has them). Hugging Face dataset ids are fixed in :data:`BENCHMARKS`; their
+revisions are unpinned (``revision=None``: the hub's current version), because no public
+source we know of states the commit the paper used. Any benchmark can also be read from a
+local JSONL or Parquet file with the same fields (or the upload's own field names, which are
+normalised the same way). Problem ids are unique per benchmark (checked at load); rows of a
+benchmark made of several hub configs get ids prefixed with their config.
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ class BenchmarkSpec:
     solution_field: str | None = None
     integer_answers: bool = False
     expected_size: int | None = None
-    revision: str = "main"
+    revision: str | None = None  # None: unpinned (see the module docstring)
+
+    @property
+    def revision_label(self) -> str:
+        return self.revision or "unpinned"
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {
@@ -153,8 +160,11 @@ def normalise_record(raw: dict[str, Any], spec: BenchmarkSpec, index: int) -> di
                 f"{spec.name} row {index} has no answer field and no \\boxed{{}} in its solution"
             )
         answer = normalise_answer(boxed, spec.integer_answers)
+    problem_id = str(raw.get("unique_id", raw.get("id", f"{spec.name}-{index}")))
+    if raw.get("_config"):
+        problem_id = f"{raw['_config']}/{problem_id}"
     record = {
-        "id": str(raw.get("unique_id", raw.get("id", f"{spec.name}-{index}"))),
+        "id": problem_id,
         "problem": problem.strip(),
         "answer": answer,
         "source": spec.name,
@@ -185,7 +195,8 @@ def _hub_rows(spec: BenchmarkSpec) -> Iterator[dict[str, Any]]:
     from datasets import load_dataset
 
     for config, split in spec.splits:
-        yield from load_dataset(spec.hub_id, config, split=split, revision=spec.revision)
+        for row in load_dataset(spec.hub_id, config, split=split, revision=spec.revision):
+            yield {**row, "_config": config} if len(spec.splits) > 1 else row
 
 
 def load_benchmark(name: str, path: str | Path | None = None) -> list[dict[str, Any]]:
@@ -194,7 +205,21 @@ def load_benchmark(name: str, path: str | Path | None = None) -> list[dict[str, 
         raise MMPOInputError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
     spec = BENCHMARKS[name]
     rows: Iterable[dict[str, Any]] = read_local(path) if path is not None else _hub_rows(spec)
-    return [normalise_record(dict(row), spec, index) for index, row in enumerate(rows)]
+    records = [normalise_record(dict(row), spec, index) for index, row in enumerate(rows)]
+    seen: dict[str, int] = {}
+    repeated = []
+    for record in records:
+        seen[record["id"]] = seen.get(record["id"], 0) + 1
+        if seen[record["id"]] == 2:
+            repeated.append(record["id"])
+    if repeated:
+        where = str(path) if path is not None else f"{spec.hub_id} ({spec.revision_label})"
+        raise MMPOInputError(
+            f"benchmark {name} from {where}: problem ids repeat ({len(repeated)} ids, e.g. "
+            f"{', '.join(repr(i) for i in repeated[:5])}); ids must be unique per benchmark: "
+            "give each row its own 'id' (or 'unique_id'), or drop the id fields to number rows"
+        )
+    return records
 
 
 def prepare_training_data(

@@ -16,7 +16,7 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. an --index-url
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
-"$VENV/bin/python" -m pip install -q -e ".[test,eval,lab]"
+"$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf]"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/python" -m pytest "$@"

@@ -142,3 +142,16 @@ def test_registry_pins_the_paper_benchmarks():
         "aime24": 30,
         "aime25": 30,
     }
+
+
+def test_repeated_problem_ids_are_named_at_load(tmp_path):
+    from nemo_mmpo import MMPOInputError
+    from nemo_mmpo.data import load_benchmark
+
+    path = tmp_path / "aime.jsonl"
+    rows = [{"id": i % 3, "problem": f"Q{i}", "answer": i} for i in range(5)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(MMPOInputError) as error:
+        load_benchmark("aime24", path)
+    assert "problem ids repeat (2 ids, e.g. '0', '1')" in str(error.value)
+    assert str(path) in str(error.value)

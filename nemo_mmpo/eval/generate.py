@@ -5,7 +5,10 @@ samples; every line is flushed and fsynced, so a killed run loses at most the li
 writing (a truncated last line is cut off on restart). Shardable: ``shard_index`` of
 ``num_shards`` takes every ``num_shards``-th problem, one output file per shard.
 
-vLLM is imported only by :class:`VLLMSampler`; anything with ``generate(prompts, n)`` works.
+Two samplers with the same semantics (temperature, top-p, max new tokens; one seed set when
+the engine starts, none per request, so a resumed run draws new samples): :class:`VLLMSampler`
+(the default, GPU) and :class:`TransformersSampler` (Hugging Face ``generate``, CPU or GPU).
+Each imports its library only when built; anything with ``generate(prompts, n)`` works.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ from typing import Any, Protocol
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.rollouts import read_jsonl_tolerant
 
-PAPER_SAMPLES = {"math500": 1, "olymmath": 1, "amc23": 16, "aime24": 16, "aime25": 16}
+#: Samples per problem by default: 16 everywhere, so every section of the report is filled
+#: (pass@16, first success within 16 attempts) and avg@1 is estimated from 16 samples.
+DEFAULT_SAMPLES = 16
+#: The paper's table alone (``--samples paper``): avg@1 on MATH500/OlymMATH, avg@16 elsewhere.
+PAPER_TABLE_SAMPLES = {"math500": 1, "olymmath": 1, "amc23": 16, "aime24": 16, "aime25": 16}
 DEFAULT_TEMPLATE = "{}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
 
@@ -74,6 +81,82 @@ class VLLMSampler:
         return [[choice.text for choice in output.outputs] for output in outputs]
 
 
+@dataclass
+class TransformersSampler:
+    """Hugging Face ``transformers`` sampling: ``model.generate`` with the same settings.
+
+    ``temperature == 0`` is greedy (as vLLM). The chat template is applied when the tokenizer
+    has one. ``seed`` seeds torch once, when the sampler is built.
+    """
+
+    model: str
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 4096
+    seed: int = 0
+    device: str | None = None
+    batch_size: int = 8
+    chat_template: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as error:
+            raise MMPOInputError(
+                "--backend hf needs transformers: pip install 'nemo-mmpo[hf]'"
+            ) from error
+        if not Path(self.model).is_dir():
+            raise MMPOInputError(
+                f"--model {self.model}: not a local directory; give a Hugging Face checkpoint "
+                "directory (config.json, weights, tokenizer files)"
+            )
+        torch.manual_seed(self.seed)
+        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.engine = AutoModelForCausalLM.from_pretrained(self.model).to(self.device).eval()
+
+    def _text(self, prompt: str) -> str:
+        if self.chat_template and getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+        return prompt
+
+    def generate(self, prompts: Sequence[str], n: int) -> list[list[str]]:
+        import torch
+
+        results: list[list[str]] = []
+        options: dict[str, Any] = {"max_new_tokens": self.max_tokens}
+        if self.temperature > 0:
+            options.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
+        else:
+            options.update(do_sample=False)
+        draws = n if self.temperature > 0 else 1  # greedy: n copies of one continuation
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = [self._text(prompt) for prompt in prompts[start : start + self.batch_size]]
+            inputs = self.tokenizer(chunk, return_tensors="pt", padding=True).to(self.device)
+            with torch.no_grad():
+                output = self.engine.generate(
+                    **inputs,
+                    num_return_sequences=draws,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    **options,
+                )
+            new_tokens = output[:, inputs["input_ids"].shape[1] :]
+            texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            for row in range(len(chunk)):
+                own = texts[row * draws : (row + 1) * draws]
+                results.append(own if draws == n else own * n)
+        return results
+
+
+BACKENDS = ("vllm", "hf")
+
+
 def _repair_and_read(path: Path) -> list[dict[str, Any]]:
     """Existing records; drops a truncated last line from the file itself."""
     if not path.exists():
@@ -99,7 +182,7 @@ def run_generation(
     sampler: Sampler,
     grade: Any,
     out_path: str | Path,
-    samples_per_problem: int | dict[str, int] = 16,
+    samples_per_problem: int | dict[str, int] = DEFAULT_SAMPLES,
     shard_index: int = 0,
     num_shards: int = 1,
     batch_size: int = 64,
@@ -112,7 +195,7 @@ def run_generation(
         problems: normalised records ``{"id", "problem", "answer", "source"}``.
         sampler: ``generate(prompts, n) -> [[response] * n]``.
         grade: ``(golds, predictions) -> [Verdict]`` (e.g. ``VerifierPool.verify``).
-        samples_per_problem: an int, or per-benchmark counts (default paper: 1 or 16).
+        samples_per_problem: an int (default 16), or per-benchmark counts.
     """
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +207,7 @@ def run_generation(
         wanted = (
             samples_per_problem
             if isinstance(samples_per_problem, int)
-            else samples_per_problem.get(problem["source"], 16)
+            else samples_per_problem.get(problem["source"], DEFAULT_SAMPLES)
         )
         have = done.get((problem["source"], problem["id"]), set())
         missing = [sample for sample in range(wanted) if sample not in have]

@@ -218,3 +218,26 @@ def test_summary_states_coverage_and_statuses_and_json_matches_the_verdicts(tmp_
     assert numbers["pass_at_k"]["mmpo"]["amc23"]["pass@4"] == pytest.approx(3 / 4)
     assert numbers["pass_at_k"]["mmpo"]["all"]["pass@4"] is None
     assert numbers["inputs"]["mmpo"]["status_counts"] == {"ok": 64, "timeout": 1, "too_long": 1}
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--samples", "0"], "--samples '0': give an integer >= 1 or 'paper'"),
+        (["--top-p", "2"], "--top-p 2.0: give a number in (0, 1]"),
+        (["--temperature", "nan"], "--temperature nan: give a number >= 0"),
+        (["--max-tokens", "0"], "--max-tokens 0: give an integer >= 1"),
+        (["--shard-index", "3", "--num-shards", "2"], "--shard-index 3 --num-shards 2"),
+        (["--grade-timeout", "0"], "--grade-timeout 0.0 must be > 0 seconds"),
+        (["--data", "amc23"], "--data 'amc23': give NAME=local file"),
+    ],
+)
+def test_generate_flags_are_checked_before_any_work(tmp_path, capsys, flags, fragment):
+    data = tmp_path / "amc.jsonl"
+    data.write_text('{"question": "1+1?", "answer": 2}\n')
+    base = ["generate", "--model", str(tmp_path), "--out", str(tmp_path / "o.jsonl")]
+    base += ["--benchmarks", "amc23", "--data", f"amc23={data}"]
+    if "--data" in flags:
+        base = base[:-2]
+    assert eval_main([*base, *flags]) == 2
+    assert fragment in error_line(capsys)
