@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
 from nemo_mmpo.lab.experiments import gradient_study, paper_comparison, train_side_by_side
 from nemo_mmpo.lab.report import (
@@ -21,6 +23,45 @@ from nemo_mmpo.lab.report import (
     training_table,
 )
 from nemo_mmpo.lab.simulator import SimulatorConfig
+
+
+def _at_least(flag: str, value: int, minimum: int, why: str = "") -> None:
+    if value < minimum:
+        raise MMPOInputError(f"{flag} {value}: give an integer >= {minimum}{why}")
+
+
+def _integers(flag: str, text: str, minimum: int) -> list[int]:
+    try:
+        values = [int(item) for item in text.split(",")]
+    except ValueError:
+        raise MMPOInputError(f"{flag} {text!r}: give comma-separated integers") from None
+    for value in values:
+        _at_least(flag, value, minimum)
+    return values
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse values the lab cannot run, naming the flag (before any work starts)."""
+    _at_least("--problems", args.problems, 1)
+    _at_least("--prompts", args.prompts, 1)
+    if args.prompts > args.problems:
+        raise MMPOInputError(f"--prompts {args.prompts} exceeds --problems {args.problems}")
+    _at_least("--group-size", args.group_size, 2, " (the estimators compare rollouts of a group)")
+    if not (math.isfinite(args.learning_rate) and args.learning_rate > 0):
+        raise MMPOInputError(f"--learning-rate {args.learning_rate}: give a finite number > 0")
+    if args.command == "compare":
+        _at_least("--steps", args.steps, 1)
+        _at_least("--log-every", args.log_every, 1)
+        _at_least("--truncation-order", args.truncation_order, 1)
+        _at_least("--k", args.k, 1)
+        if args.k > args.group_size:
+            raise MMPOInputError(
+                f"--k {args.k} exceeds --group-size {args.group_size}: pass@k needs k <= G"
+            )
+    else:
+        _at_least("--draws", args.draws, 1)
+        _integers("--group-sizes", args.group_sizes, 2)
+        _integers("--orders", args.orders, 1)
 
 
 def _config(args: argparse.Namespace) -> SimulatorConfig:
@@ -59,8 +100,8 @@ def gradients(args: argparse.Namespace) -> None:
     config = _config(args)
     rows = gradient_study(
         args.estimators.split(","),
-        [int(g) for g in args.group_sizes.split(",")],
-        [int(t) for t in args.orders.split(",")],
+        _integers("--group-sizes", args.group_sizes, 2),
+        _integers("--orders", args.orders, 1),
         config,
         args.draws,
     )
@@ -100,7 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     gradient_parser.add_argument("--orders", default="1,2,4,8")
     gradient_parser.add_argument("--draws", type=int, default=400)
     args = parser.parse_args(argv)
-    args.function(args)
+    try:
+        check_arguments(args)
+        args.function(args)
+    except MMPOInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -190,3 +190,23 @@ def test_row_adam_matches_torch_adam():
         optimizer.step()
     assert torch.allclose(ours, reference.detach(), atol=1e-12)
     assert torch.allclose(lazy, reference.detach(), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["compare", "--group-size", "1"], "--group-size 1: give an integer >= 2"),
+        (["compare", "--truncation-order", "0"], "--truncation-order 0: give an integer >= 1"),
+        (["compare", "--learning-rate", "nan"], "--learning-rate nan: give a finite number > 0"),
+        (["compare", "--k", "9"], "--k 9 exceeds --group-size 8"),
+        (["gradients", "--draws", "0"], "--draws 0: give an integer >= 1"),
+        (["gradients", "--group-sizes", "4,1"], "--group-sizes 1: give an integer >= 2"),
+    ],
+)
+def test_lab_cli_refuses_bad_flags_in_one_line(arguments, message, capsys, tmp_path):
+    from nemo_mmpo.lab.__main__ import main as lab_main
+
+    assert lab_main([*arguments, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: {message}" or (err.startswith("error: ") and message in err)
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
