@@ -70,6 +70,9 @@ def load_runs(specs: Sequence[str], progress: bool = True) -> dict[str, ProblemC
         runs[name] = load_run(files[name])
         for note in runs[name].notes:
             print(f"note: run {name}: {note}", file=sys.stderr)
+    coverage_note = coverage_difference(runs) if runs else None
+    if coverage_note:
+        print(f"note: {coverage_note}", file=sys.stderr)
     return runs
 
 
@@ -79,6 +82,22 @@ def _sample_range(samples: np.ndarray) -> str:
         return f"{low}"
     fewer = int((samples < high).sum())
     return f"mixed {low}-{high} ({fewer} problems with fewer than {high})"
+
+
+def coverage_difference(runs: dict[str, ProblemCounts]) -> str | None:
+    """A sentence when the runs do not cover the same problems (None when they do)."""
+    sets = {name: set(counts.keys) for name, counts in runs.items()}
+    union = set().union(*sets.values())
+    shared = set.intersection(*sets.values())
+    if len(shared) == len(union):
+        return None
+    partial = ", ".join(
+        f"{name} has {len(keys)} of {len(union)}" for name, keys in sets.items() if keys != union
+    )
+    return (
+        f"the runs cover different problems ({partial}): the benchmark and pass@k tables use "
+        f"each run's own problems; Gini, Lorenz and the comparison use the {len(shared)} shared"
+    )
 
 
 def inputs_section(runs: dict[str, ProblemCounts]) -> str:
@@ -97,6 +116,9 @@ def inputs_section(runs: dict[str, ProblemCounts]) -> str:
                 f"{_sample_range(subset.samples)} |"
             )
     lines.append("")
+    coverage_note = coverage_difference(runs)
+    if coverage_note:
+        lines.extend([f"**Note:** {coverage_note}", ""])
     for name, counts in runs.items():
         statuses = ", ".join(
             f"{key} {value}" for key, value in sorted(counts.status_counts.items())

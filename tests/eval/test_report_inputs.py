@@ -241,3 +241,13 @@ def test_generate_flags_are_checked_before_any_work(tmp_path, capsys, flags, fra
         base = base[:-2]
     assert eval_main([*base, *flags]) == 2
     assert fragment in error_line(capsys)
+
+
+def test_a_run_covering_fewer_problems_is_stated(tmp_path, capsys):
+    full = write(tmp_path / "full.jsonl", good_records(problems=4))
+    half = write(tmp_path / "half.jsonl", good_records(problems=2))
+    code, out = report(tmp_path, full, half)
+    assert code == 0
+    sentence = "the runs cover different problems (half has 2 of 4)"
+    assert sentence in capsys.readouterr().err
+    assert sentence in (out / "summary.md").read_text()
