@@ -104,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
+    if (loaded.config.get("cpu_backend") or {}).get("enabled"):
+        # the tiny CPU run: our CPU backends in NeMo-RL's grpo_train, no MATH data, no GPU
+        from nemo_mmpo.nemo_rl import tiny_cpu
+
+        os.chdir(REPO_ROOT)
+        try:
+            tiny_cpu.run(loaded.config)
+        except MMPOInputError as error:
+            print(f"run_mmpo_math.py: {error}", file=sys.stderr)
+            return 2
+        return 0
+
     data_paths = [
         REPO_ROOT / loaded.config["data"][split]["data_path"] for split in ("train", "validation")
     ]

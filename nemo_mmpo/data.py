@@ -96,6 +96,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             integer_answers=True,
             expected_size=30,
         ),
+        # local files only (no hub upload): the tiny CPU run's held-out one-digit sums
+        BenchmarkSpec("arithmetic", "", (), "problem", "answer", integer_answers=True),
     )
 }
 VALIDATION_BENCHMARKS = ("math500", "olymmath", "amc23", "aime24", "aime25")
@@ -192,6 +194,10 @@ def read_local(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _hub_rows(spec: BenchmarkSpec) -> Iterator[dict[str, Any]]:
+    if not spec.hub_id:
+        raise MMPOInputError(
+            f"benchmark {spec.name} has no hub upload: give a local file (--data {spec.name}=FILE)"
+        )
     from datasets import load_dataset
 
     for config, split in spec.splits:

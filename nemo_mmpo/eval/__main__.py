@@ -15,6 +15,7 @@ import sys
 
 from nemo_mmpo.data import VALIDATION_BENCHMARKS, load_benchmark
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.generate import DEFAULT_TEMPLATE
 
 
 def report(args: argparse.Namespace) -> None:
@@ -58,6 +59,8 @@ def generate(args: argparse.Namespace) -> None:
 
     _check_sampling(args)
     samples = _samples(args.samples)
+    if "{}" not in args.template:
+        raise MMPOInputError(f"--template {args.template!r}: put {{}} where the problem goes")
     local = {}
     for item in args.data or []:
         name, separator, path = item.partition("=")
@@ -96,6 +99,7 @@ def generate(args: argparse.Namespace) -> None:
             samples,
             args.shard_index,
             args.num_shards,
+            template=args.template,
         )
         print(f"{counts}; grading: {dict(pool.counts)}")
 
@@ -162,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     generate_parser.add_argument("--max-tokens", type=int, default=4096)
     generate_parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM only")
     generate_parser.add_argument("--seed", type=int, default=0)
+    generate_parser.add_argument(
+        "--template",
+        default=DEFAULT_TEMPLATE,
+        help="prompt around each problem ('{}' is the problem; default: the paper's "
+        "step-by-step \\boxed{} instruction)",
+    )
     generate_parser.add_argument("--shard-index", type=int, default=0)
     generate_parser.add_argument("--num-shards", type=int, default=1)
     generate_parser.add_argument(

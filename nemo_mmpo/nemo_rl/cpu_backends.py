@@ -143,6 +143,7 @@ class CPUPolicy:
         **kwargs: Any,
     ) -> None:
         self.model.save_pretrained(weights_path)
+        self.tokenizer.save_pretrained(weights_path)  # a complete HF checkpoint for evaluation
         if optimizer_path is not None:
             Path(optimizer_path).mkdir(parents=True, exist_ok=True)
             state = {"optimizer": self.optimizer.state_dict(), "steps": self.steps}

@@ -435,6 +435,17 @@ def run_plan(loaded: LoadedConfig) -> str:
         f"{vllm_tp}, {placement}",
         f"rollouts/step: {prompts} prompts x {group_size} generations = {rollouts}",
     ]
+    cpu = _get(config, "cpu_backend", {}) or {}
+    if cpu.get("enabled"):
+        data_parallel = 1
+        lines[2:5] = [
+            "cluster: this machine's CPUs (no GPU)",
+            f"training: {mode} in NeMo-RL's grpo_train, nemo-mmpo CPU policy (driver process):"
+            f" tiny Llama, hidden {cpu.get('hidden_size')} x {cpu.get('num_layers')} layers, "
+            f"AdamW lr {cpu.get('learning_rate')}, warm start {cpu.get('warm_start_steps')} "
+            "steps",
+            "generation: transformers sampling on the policy's weights (nemo-mmpo CPU backend)",
+        ]
     if isinstance(global_batch, int) and global_batch:
         steps = rollouts // global_batch
         accumulation = (
