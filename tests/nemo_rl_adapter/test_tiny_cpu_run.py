@@ -98,7 +98,10 @@ def test_short_tiny_run_trains_on_the_core_advantages_and_resumes(
     assert all(before != after for before, after in spies["loss"])  # every step moved it
     assert Path(first["checkpoint"]).parent.parent.name == "step_10"
     assert (Path(first["checkpoint"]) / "tokenizer.json").is_file()  # a complete HF checkpoint
-    assert (tmp_path / "run" / "logs" / "tensorboard").is_dir()
+    # NeMo-RL's logger wrote our metrics to TensorBoard, once per step
+    success = tiny_cpu.reward_curve(tmp_path / "run" / "logs", "train/mmpo/success_rate")
+    assert [step for step, _ in success] == list(range(1, 11))
+    assert [value for _, value in success] == pytest.approx(rewards.tolist())
 
     # resume: the same command with more steps continues from step 10 (an epoch's end)
     resumed_from = len(spies["estimator"])
