@@ -131,9 +131,10 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
     assert [path.name for path in tmp_path.iterdir()] == ["out.jsonl"]
 
 
-def test_registry_pins_the_paper_benchmarks():
+def test_registry_holds_the_paper_benchmarks_with_unpinned_revisions():
     assert BENCHMARKS["math_train"].hub_id == "DigitalLearningGmbH/MATH-lighteval"
-    sizes = {name: spec.expected_size for name, spec in BENCHMARKS.items()}
+    assert all(spec.revision_label == "unpinned" for spec in BENCHMARKS.values())
+    sizes = {name: spec.expected_size for name, spec in BENCHMARKS.items() if spec.hub_id}
     assert sizes == {
         "math_train": 7500,
         "math500": 500,
@@ -155,3 +156,10 @@ def test_repeated_problem_ids_are_named_at_load(tmp_path):
         load_benchmark("aime24", path)
     assert "problem ids repeat (2 ids, e.g. '0', '1')" in str(error.value)
     assert str(path) in str(error.value)
+
+
+def test_a_local_only_benchmark_asks_for_its_file():
+    from nemo_mmpo.data import load_benchmark
+
+    with pytest.raises(MMPOInputError, match="--data arithmetic=FILE"):
+        load_benchmark("arithmetic")
