@@ -155,6 +155,23 @@ def write_validation_file(path: Path, validation: list) -> Path:
     return path
 
 
+def _save_state(grpo: Any, loaded: dict[str, Any] | None) -> Any:
+    """The trainer's resume state, as NeMo-RL's ``setup()`` builds it (v0.7.0: the loaded
+    dict or the default; main: ``_get_grpo_save_state``, a model with defaults filled in)."""
+    if hasattr(grpo, "_get_grpo_save_state"):  # main
+        return grpo._get_grpo_save_state(loaded)
+    return loaded if loaded is not None else grpo._default_grpo_save_state()
+
+
+def _plain(value: Any) -> Any:
+    """A config section as plain dicts (NeMo-RL main's are pydantic models, v0.7.0's dicts)."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
 def run(raw_config: dict[str, Any]) -> dict[str, Any]:
     """Train with NeMo-RL's ``grpo_train`` on CPU; returns where things were written."""
     import ray
@@ -173,21 +190,25 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
 
     raw_config = dict(raw_config)
     settings = TinySettings.from_config(raw_config.pop("cpu_backend"))
-    master_config = grpo.MasterConfig(**raw_config)
+    master_config = grpo.MasterConfig(**raw_config)  # NeMo-RL validates it (v0.7.0 and main)
+
+    def section(name: str) -> Any:
+        return _plain(getattr(master_config, name))
+
     random.seed(settings.seed)
     torch.manual_seed(settings.seed)
     tokenizer = char_tokenizer()
     train, validation = arithmetic_problems(settings.seed, settings.validation_fraction)
     records = [datum(tokenizer, *problem) for problem in train]
     checkpointer = CheckpointManager(master_config.checkpointing)
-    checkpoint_dir = Path(master_config.checkpointing["checkpoint_dir"])
+    checkpoint_dir = Path(section("checkpointing")["checkpoint_dir"])
     validation_file = write_validation_file(checkpoint_dir / "validation.jsonl", validation)
-    policy_config = dict(master_config.policy)
+    policy_config = section("policy")
     policy_config["optimizer"] = {"kwargs": {"lr": settings.learning_rate}}
     last = checkpointer.get_latest_checkpoint_path()
     dataloader = StatefulDataLoader(
         records,
-        batch_size=master_config.grpo["num_prompts_per_step"],
+        batch_size=section("grpo")["num_prompts_per_step"],
         shuffle=True,  # from the seeded global RNG, as NeMo-RL's setup(): an explicit generator
         collate_fn=rl_collate_fn,  # is not restored by StatefulDataLoader at an epoch's end
         drop_last=True,
@@ -199,7 +220,7 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
         policy = CPUPolicy(model, tokenizer, policy_config)
         if (Path(last) / "policy" / "optimizer").is_dir():
             policy.load_optimizer(Path(last) / "policy" / "optimizer")
-        save_state = checkpointer.load_training_info(last)
+        save_state = _save_state(grpo, checkpointer.load_training_info(last))
         dataloader.load_state_dict(torch.load(Path(last) / "train_dataloader.pt"))
         print(f"[nemo-mmpo] resuming from {last}")
     else:
@@ -209,18 +230,14 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
         )
         print(f"[nemo-mmpo] warm start: {settings.warm_start_steps} steps, loss {loss:.3f}")
         policy = CPUPolicy(model, tokenizer, policy_config)
-        save_state = (
-            grpo._default_grpo_save_state()
-            if hasattr(grpo, "_default_grpo_save_state")
-            else grpo._get_grpo_save_state(None)
-        )
-    generation = CPUGeneration(policy, master_config.policy["generation"])
+        save_state = _save_state(grpo, None)
+    generation = CPUGeneration(policy, policy_config["generation"])
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False)
     environment = MathEnvironment.options(
         runtime_env={"py_executable": PY_EXECUTABLES.SYSTEM}
-    ).remote(master_config.env["math"])
+    ).remote(section("env")["math"])
     logger = Logger(master_config.logger)
     try:
         grpo.grpo_train(
@@ -245,7 +262,7 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
     summary = {
         "checkpoint": None if latest is None else str(Path(latest) / "policy" / "weights"),
         "validation_file": str(validation_file),
-        "log_dir": master_config.logger["log_dir"],
+        "log_dir": section("logger")["log_dir"],
     }
     print(f"[nemo-mmpo] {json.dumps(summary)}")
     return summary
