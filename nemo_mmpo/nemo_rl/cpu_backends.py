@@ -49,7 +49,83 @@ class _SingleRank:
         return 1
 
 
-class CPUPolicy:
+class PolicyLifecycle:
+    """The policy calls ``grpo_train`` makes for GPU workers (placement, offloading, weight
+    streaming, asynchronous saves), as no-ops for a policy that lives in the driver process."""
+
+    def finalize_async_save(self) -> None:
+        return None
+
+    def prepare_for_training(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def prepare_for_lp_inference(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def finish_training(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def offload_before_refit(self) -> None:
+        return None
+
+    def offload_after_refit(self) -> None:
+        return None
+
+    def get_free_memory_bytes(self) -> int:
+        return 1 << 40
+
+    def stream_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
+        return []  # the generation engine shares this model: nothing to send
+
+    def broadcast_weights_for_collective(self, *args: Any, **kwargs: Any) -> list:
+        return []
+
+    def invalidate_kv_cache(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def shutdown(self) -> bool:
+        return True
+
+
+class GenerationLifecycle:
+    """The generation calls ``grpo_train`` makes for vLLM workers (refits, KV cache, metrics),
+    as no-ops for an engine in the driver process that shares the policy's weights."""
+
+    def prepare_for_generation(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def finish_generation(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def update_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
+        return []  # shares the policy's model
+
+    def update_weights_from_collective(self, *args: Any, **kwargs: Any) -> list:
+        return []
+
+    def snapshot_step_metrics(self) -> None:
+        return None
+
+    def get_step_metrics(self) -> dict:
+        return {}
+
+    def get_logger_metrics(self) -> dict:
+        return {}
+
+    def clear_logger_metrics(self) -> None:
+        return None
+
+    def invalidate_kv_cache(self) -> bool:
+        return True
+
+    def blocks_training(self) -> bool:
+        return False
+
+    def shutdown(self) -> bool:
+        return True
+
+
+class CPUPolicy(PolicyLifecycle):
     """NeMo-RL's policy interface on one ``transformers`` causal LM (AdamW, grad clipping)."""
 
     def __init__(self, model: Any, tokenizer: Any, policy_config: dict[str, Any]) -> None:
@@ -156,42 +232,8 @@ class CPUPolicy:
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
 
-    def finalize_async_save(self) -> None:
-        return None
 
-    # --- what the GPU workers need and a single CPU process does not --------------------
-    def prepare_for_training(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def prepare_for_lp_inference(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def finish_training(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def offload_before_refit(self) -> None:
-        return None
-
-    def offload_after_refit(self) -> None:
-        return None
-
-    def get_free_memory_bytes(self) -> int:
-        return 1 << 40
-
-    def stream_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
-        return []  # the generation engine shares this model: nothing to send
-
-    def broadcast_weights_for_collective(self, *args: Any, **kwargs: Any) -> list:
-        return []
-
-    def invalidate_kv_cache(self, *args: Any, **kwargs: Any) -> bool:
-        return True
-
-    def shutdown(self) -> bool:
-        return True
-
-
-class CPUGeneration:
+class CPUGeneration(GenerationLifecycle):
     """NeMo-RL's generation interface: ``model.generate`` sampling on the policy's model.
 
     Settings from ``policy.generation``: ``temperature`` (0: greedy), ``top_p``,
@@ -270,37 +312,3 @@ class CPUGeneration:
         outputs = self.generate(data, greedy)
         for row in range(outputs["output_ids"].shape[0]):
             yield row, outputs.slice(row, row + 1)
-
-    def prepare_for_generation(self, *args: Any, **kwargs: Any) -> bool:
-        self.policy.model.eval()
-        return True
-
-    def finish_generation(self, *args: Any, **kwargs: Any) -> bool:
-        return True
-
-    def update_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
-        return []  # shares the policy's model
-
-    def update_weights_from_collective(self, *args: Any, **kwargs: Any) -> list:
-        return []
-
-    def snapshot_step_metrics(self) -> None:
-        return None
-
-    def get_step_metrics(self) -> dict:
-        return {}
-
-    def get_logger_metrics(self) -> dict:
-        return {}
-
-    def clear_logger_metrics(self) -> None:
-        return None
-
-    def invalidate_kv_cache(self) -> bool:
-        return True
-
-    def blocks_training(self) -> bool:
-        return False
-
-    def shutdown(self) -> bool:
-        return True

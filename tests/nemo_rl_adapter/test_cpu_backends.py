@@ -20,27 +20,12 @@ checkpoint_module = import_nemo_rl("nemo_rl.utils.checkpoint")
 math_environment = import_nemo_rl("nemo_rl.environments.math_environment")
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install
+from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install, tiny_cpu
 from nemo_mmpo.nemo_rl.cpu_backends import CPUGeneration, CPUPolicy
 
 
-def tiny_llama(tokenizer, seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-    )
-    return LlamaForCausalLM(config).eval()
+def tiny_llama(tokenizer):
+    return tiny_cpu.tiny_llama(tokenizer, tiny_cpu.TinySettings(hidden_size=48))
 
 
 def policy_config(**generation):
@@ -110,32 +95,6 @@ def test_one_train_step_with_nemo_rl_loss_raises_the_advantaged_response():
     assert len(results["all_mb_metrics"]["probs_ratio"]) == 2  # one per micro-batch
 
 
-def warm_start(policy, tokenizer, records, steps=150):
-    """Supervised steps on correct answers, so that sampled rewards are mixed at the start."""
-    texts = [
-        record["message_log"][0]["content"]
-        + f" The answer is \\boxed{{{record['extra_env_info']['ground_truth']}}}."
-        for record in records
-    ]
-    batch = prompt_batch(tokenizer, texts)
-    labels = batch["input_ids"].clone()
-    for row, record in enumerate(records):
-        labels[row, : int(record["length"])] = -100
-        labels[row, int(batch["input_lengths"][row]) :] = -100
-    attention = (labels != -100) | (torch.arange(labels.shape[1]) < batch["input_lengths"][:, None])
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2)
-    policy.model.train()
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = policy.model(
-            input_ids=batch["input_ids"], attention_mask=attention.long(), labels=labels
-        ).loss
-        loss.backward()
-        optimizer.step()
-    policy.model.eval()
-    return float(loss)
-
-
 def test_grpo_train_runs_on_the_tiny_model_with_nemo_rl_math_environment(
     ray_cluster,  # noqa: F811
     tmp_path,
@@ -150,7 +109,7 @@ def test_grpo_train_runs_on_the_tiny_model_with_nemo_rl_math_environment(
     tokenizer = char_tokenizer()
     records = math_dataset(tokenizer, 16)
     policy = CPUPolicy(tiny_llama(tokenizer), tokenizer, policy_config(max_new_tokens=24))
-    assert warm_start(policy, tokenizer, records) < 0.5
+    assert tiny_cpu.warm_start(policy.model, tokenizer, records, 150, 1e-2) < 0.5
     generation = CPUGeneration(policy, policy.cfg["generation"])
     config.policy["generation"]["max_new_tokens"] = 24
     environment = math_environment.MathEnvironment.options(

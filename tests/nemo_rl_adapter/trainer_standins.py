@@ -2,7 +2,8 @@
 
 NeMo-RL's real ``grpo_train`` / ``async_grpo_train`` / ``grpo_train_sync`` drive these objects:
 
-- :func:`char_tokenizer`: a real fast tokenizer, one token per character (no hub download);
+- :func:`char_tokenizer`: a real fast tokenizer, one token per character (no hub download;
+  the tiny CPU run's, from :mod:`nemo_mmpo.nemo_rl.tiny_cpu`);
 - :class:`StandInPolicy`: log-probs from a fixed function of the tokens; ``train`` calls the
   loss function the trainer hands it on the whole batch and records inputs and outputs;
 - :class:`StandInGeneration`: answers arithmetic prompts with ``\\boxed{}``, right with a
@@ -10,7 +11,8 @@ NeMo-RL's real ``grpo_train`` / ``async_grpo_train`` / ``grpo_train_sync`` drive
 - :func:`make_math_env`: a Ray actor that grades ``\\boxed{}`` answers with 0/1 rewards;
 - :class:`RecordingLogger`.
 
-Checkpoints go through NeMo-RL's own ``CheckpointManager``.
+Checkpoints go through NeMo-RL's own ``CheckpointManager``. The lifecycle calls ``grpo_train``
+makes on GPU workers are the CPU backends' no-ops (:mod:`nemo_mmpo.nemo_rl.cpu_backends`).
 
 Real prompts, real binary rewards; only model, sampler and storage are stood in for.
 """
@@ -24,20 +26,10 @@ from typing import Any
 
 import torch
 
-PAD, EOS = 0, 1
+from nemo_mmpo.nemo_rl.cpu_backends import GenerationLifecycle, PolicyLifecycle
+from nemo_mmpo.nemo_rl.tiny_cpu import EOS, PAD, char_tokenizer
 
-
-def char_tokenizer() -> Any:
-    """A real ``transformers`` fast tokenizer, one token per printable character (no hub)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD, "<eos>": EOS}
-    vocab.update({chr(code): code - 32 + 2 for code in range(32, 127)})
-    model = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    model.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    model.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>", eos_token="<eos>")
+__all__ = ["char_tokenizer"]  # the tests' tokenizer is the tiny CPU run's
 
 
 PROBLEMS = [(a, b) for a in range(1, 9) for b in range(1, 5)]
@@ -67,7 +59,7 @@ def math_dataset(tokenizer: Any, size: int = 16) -> list[dict[str, Any]]:
     return records
 
 
-class StandInGeneration:
+class StandInGeneration(GenerationLifecycle):
     """Samples ``\\boxed{answer}`` responses; records every batch it was asked for."""
 
     def __init__(self, tokenizer: Any, config: dict[str, Any], seed: int = 0) -> None:
@@ -119,39 +111,6 @@ class StandInGeneration:
         for row in range(outputs["output_ids"].shape[0]):
             yield row, outputs.slice(row, row + 1)
 
-    def prepare_for_generation(self, *args: Any, **kwargs: Any) -> bool:
-        return True
-
-    def finish_generation(self, *args: Any, **kwargs: Any) -> bool:
-        return True
-
-    def update_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
-        return []
-
-    def update_weights_from_collective(self, *args: Any, **kwargs: Any) -> list:
-        return []
-
-    def snapshot_step_metrics(self) -> None:
-        return None
-
-    def get_step_metrics(self) -> dict:
-        return {}
-
-    def get_logger_metrics(self) -> dict:
-        return {}
-
-    def clear_logger_metrics(self) -> None:
-        return None
-
-    def invalidate_kv_cache(self) -> bool:
-        return True
-
-    def blocks_training(self) -> bool:  # NeMo-RL main: dedicated GPUs never block training
-        return False
-
-    def shutdown(self) -> bool:
-        return True
-
 
 def token_logprobs(token_ids: torch.Tensor, version: int = 0) -> torch.Tensor:
     """A fixed log-probability per token, shifted by the policy version after each update."""
@@ -165,7 +124,7 @@ class OneRank:
         return 1
 
 
-class StandInPolicy:
+class StandInPolicy(PolicyLifecycle):
     """Log-probs from :func:`token_logprobs`; ``train`` runs the given loss on the batch."""
 
     def __init__(self) -> None:
@@ -228,42 +187,9 @@ class StandInPolicy:
             },
         }
 
-    def prepare_for_lp_inference(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def prepare_for_training(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def offload_before_refit(self) -> None:
-        return None
-
-    def offload_after_refit(self) -> None:
-        return None
-
-    def finish_training(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def get_free_memory_bytes(self) -> int:
-        return 1 << 30
-
-    def stream_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
-        return []
-
-    def broadcast_weights_for_collective(self, *args: Any, **kwargs: Any) -> list:
-        return []
-
-    def invalidate_kv_cache(self, *args: Any, **kwargs: Any) -> bool:
-        return True
-
     def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
         Path(weights_path).mkdir(parents=True, exist_ok=True)
         self.saved.append(weights_path)
-
-    def finalize_async_save(self) -> None:  # NeMo-RL main waits for checkpoint writes
-        return None
-
-    def shutdown(self) -> bool:
-        return True
 
 
 def make_math_env() -> Any:
