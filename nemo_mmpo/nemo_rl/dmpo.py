@@ -23,6 +23,7 @@ them in the policy workers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ import torch
 
 from nemo_mmpo.dmpo import PAPER_COEFFICIENT, PAPER_TEMPERATURE, linearized_penalty
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.grouping import group_ids_from_prompt_rows
 from nemo_mmpo.nemo_rl.estimator import config_value
 
 LOSS_NAME = "dmpo"
@@ -54,19 +56,11 @@ class DMPOSettings:
 
     def deviations(self) -> list[str]:
         """``loss_fn.key=value (paper: v)`` for each setting that is not the paper's."""
-        values = {
-            "dmpo_weight": self.weight,
-            "dmpo_temperature": self.temperature,
-            "dmpo_filter_zero_signal": self.filter_zero_signal,
-        }
+        values = (self.weight, self.temperature, self.filter_zero_signal)
         return [
-            f"loss_fn.{key}={values[key]!r} (paper: {paper!r})"
-            for key, paper in PAPER_SETTINGS.items()
-            if (
-                abs(values[key] - paper) > 1e-9
-                if key != "dmpo_filter_zero_signal"
-                else values[key] != paper
-            )
+            f"loss_fn.{key}={value!r} (paper: {paper!r})"
+            for (key, paper), value in zip(PAPER_SETTINGS.items(), values, strict=True)
+            if not math.isclose(value, paper, rel_tol=1e-9)  # the YAML spells 1/15 in decimals
         ]
 
 
@@ -130,8 +124,7 @@ def prompt_groups(
     width = max(int(first.max().item()), 1)
     positions = torch.arange(width, device=input_ids.device)
     prefix = torch.where(positions < first[:, None], input_ids[:, :width], -1)
-    keys = torch.cat([first[:, None], prefix.long()], dim=1)
-    return torch.unique(keys, dim=0, return_inverse=True)[1]
+    return group_ids_from_prompt_rows(torch.cat([first[:, None], prefix.long()], dim=1))
 
 
 def token_means(values: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
