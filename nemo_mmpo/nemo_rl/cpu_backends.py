@@ -13,8 +13,7 @@ zero; the loss gets next-token log-probabilities ``[rows, seq_len - 1]``; losses
 micro-batches of one global batch are normalised by that batch's valid sequences and tokens;
 log-probabilities use the generation temperature (as NeMo-RL's workers do, to match vLLM).
 
-Status: the backends and their test through ``grpo_train`` exist; the tiny recipe, the
-one-command run, the warm start and the figure of issue 9 do not yet.
+The one-command run around them is :mod:`nemo_mmpo.nemo_rl.tiny_cpu`.
 """
 
 from __future__ import annotations
@@ -44,7 +43,9 @@ def token_logprobs(
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
 
 
-class _SingleRank:
+class SingleRank:
+    """A policy's sharding: one rank on every axis (data parallel size 1)."""
+
     def get_axis_size(self, name: str) -> int:
         return 1
 
@@ -52,6 +53,8 @@ class _SingleRank:
 class PolicyLifecycle:
     """The policy calls ``grpo_train`` makes for GPU workers (placement, offloading, weight
     streaming, asynchronous saves), as no-ops for a policy that lives in the driver process."""
+
+    sharding_annotations = SingleRank()
 
     def finalize_async_save(self) -> None:
         return None
@@ -139,7 +142,6 @@ class CPUPolicy(PolicyLifecycle):
             weight_decay=float(optimizer.get("weight_decay", 0.0)),
         )
         self.temperature = float((policy_config.get("generation") or {}).get("temperature", 1.0))
-        self.sharding_annotations = _SingleRank()
         self.steps = 0
 
     # --- log-probabilities -------------------------------------------------------------
@@ -255,9 +257,7 @@ class CPUGeneration(GenerationLifecycle):
         for row in range(rows):  # generate() wants left padding
             length = int(input_lengths[row])
             left[row, width - length :] = input_ids[row, :length]
-        attention = (left != pad).long()
-        for row in range(rows):
-            attention[row, width - int(input_lengths[row]) :] = 1
+        attention = (torch.arange(width)[None, :] >= (width - input_lengths)[:, None]).long()
         temperature = float(self.cfg.get("temperature", 1.0))
         options: dict[str, Any] = {"max_new_tokens": int(self.cfg["max_new_tokens"])}
         if greedy or temperature == 0:

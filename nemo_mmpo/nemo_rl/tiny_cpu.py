@@ -213,15 +213,17 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
         collate_fn=rl_collate_fn,  # is not restored by StatefulDataLoader at an epoch's end
         drop_last=True,
     )
-    if last is not None:
+    if last is not None:  # resume as NeMo-RL's setup() does, with its own helpers
+        from nemo_rl.data.utils import load_dataloader_state
         from transformers import LlamaForCausalLM
 
-        model = LlamaForCausalLM.from_pretrained(Path(last) / "policy" / "weights").eval()
+        weights_path, optimizer_path = checkpointer.get_resume_paths(last)
+        model = LlamaForCausalLM.from_pretrained(weights_path).eval()
         policy = CPUPolicy(model, tokenizer, policy_config)
-        if (Path(last) / "policy" / "optimizer").is_dir():
-            policy.load_optimizer(Path(last) / "policy" / "optimizer")
+        if optimizer_path is not None:
+            policy.load_optimizer(optimizer_path)
         save_state = _save_state(grpo, checkpointer.load_training_info(last))
-        dataloader.load_state_dict(torch.load(Path(last) / "train_dataloader.pt"))
+        load_dataloader_state(dataloader, last, section("data"))
         print(f"[nemo-mmpo] resuming from {last}")
     else:
         model = tiny_llama(tokenizer, settings)

@@ -117,13 +117,6 @@ def token_logprobs(token_ids: torch.Tensor, version: int = 0) -> torch.Tensor:
     return -0.2 - 0.05 * (token_ids % 5).float() - 0.03 * version * ((token_ids % 3) - 1).float()
 
 
-class OneRank:
-    """The policy's sharding: a single rank on every axis (data parallel size 1)."""
-
-    def get_axis_size(self, name: str) -> int:
-        return 1
-
-
 class StandInPolicy(PolicyLifecycle):
     """Log-probs from :func:`token_logprobs`; ``train`` runs the given loss on the batch."""
 
@@ -131,7 +124,6 @@ class StandInPolicy(PolicyLifecycle):
         self.version = 0
         self.train_calls: list[dict[str, Any]] = []
         self.saved: list[str] = []
-        self.sharding_annotations = OneRank()
 
     def _logprobs(self, data: Any, version: int) -> torch.Tensor:
         return token_logprobs(data["input_ids"], version)
@@ -235,21 +227,6 @@ class RecordingLogger:
         for key, value in metrics.items():
             name = f"{prefix}/{key}" if prefix else key
             self.metrics.setdefault(name, []).append((step, value))
-
-    def log_histogram(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def log_batched_dict_as_jsonl(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def log_plot_token_mult_prob_error(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def log_string_list_as_jsonl(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("log_"):
