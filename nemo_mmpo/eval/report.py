@@ -166,18 +166,15 @@ def benchmark_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | No
     return "\n".join(lines)
 
 
-def pass_table(
-    runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = None
-) -> tuple[str, dict[str, dict[int, float]]]:
-    """pass@k per run and benchmark (blank where a problem has fewer than k samples)."""
+def pass_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = None) -> str:
+    """pass@k per run and benchmark (blank where a problem has fewer than k samples); the
+    values go into ``numbers[run][benchmark]["pass@k"]`` (None where blank)."""
     numbers = {} if numbers is None else numbers
-    curves: dict[str, dict[int, float]] = {}
     lines = [
         "| method | benchmark | " + " | ".join(f"pass@{k}" for k in PASS_AT) + " |",
         "|---" * (len(PASS_AT) + 2) + "|",
     ]
     for name, counts in runs.items():
-        curves[name] = {}
         numbers[name] = {}
         for benchmark in [*counts.benchmarks, "all"]:
             subset = counts if benchmark == "all" else counts.benchmark(benchmark)
@@ -188,13 +185,11 @@ def pass_table(
                     value = float(pass_at_k(subset.samples, subset.correct, k).mean())
                     cells.append(f"{100 * value:.1f}")
                     numbers[name][benchmark][f"pass@{k}"] = value
-                    if benchmark == "all":
-                        curves[name][k] = value
                 else:
                     cells.append("–")
                     numbers[name][benchmark][f"pass@{k}"] = None
             lines.append(f"| {name} | {benchmark} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), curves
+    return "\n".join(lines)
 
 
 def common_success(runs: dict[str, ProblemCounts]) -> dict[str, np.ndarray]:
@@ -237,7 +232,7 @@ def _inputs_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
 
 def _tables_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
     numbers["benchmarks"], numbers["pass_at_k"] = {}, {}
-    table, _ = pass_table(runs, numbers["pass_at_k"])
+    table = pass_table(runs, numbers["pass_at_k"])
     return (
         "## Benchmarks\n\n"
         + benchmark_table(runs, numbers["benchmarks"])
@@ -328,11 +323,15 @@ def _first_success_section(runs, success, out: Path, numbers: dict[str, Any]) ->
 
 
 def _pass_curve_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
-    _, curves = pass_table(runs)
     figure, axis = pyplot().subplots(figsize=(5, 3.6))
-    for name, curve in curves.items():
-        if curve:
-            axis.plot(list(curve), [100 * v for v in curve.values()], marker="o", label=name)
+    for name in runs:  # the values the pass@k table computed (over all problems)
+        points = [
+            (k, 100 * value)
+            for k in PASS_AT
+            if (value := numbers["pass_at_k"][name]["all"][f"pass@{k}"]) is not None
+        ]
+        if points:
+            axis.plot(*zip(*points, strict=True), marker="o", label=name)
     axis.set_xscale("log", base=2)
     _finish(figure, axis, out / "pass_at_k.png", "k", "pass@k (%)", "pass@k over all problems")
     return "![pass@k](pass_at_k.png)"
