@@ -249,7 +249,7 @@ def test_batch_terms_give_the_authors_penalty_at_the_rollout_policy(
 ):
     data, groups, metrics = batch_with_terms(1, temperature, filter_zero_signal)
     current = data["prev_logprobs"][:, 1:].clone().requires_grad_()
-    term = penalty_term(current, data, data["token_mask"])
+    term = penalty_term(current, data)
     (gradient,) = torch.autograd.grad(term, current)
 
     # the authors' definition on the token-mean log-probabilities of the valid responses
@@ -269,7 +269,7 @@ def test_batch_terms_give_the_authors_penalty_at_the_rollout_policy(
 def test_batch_terms_are_the_same_on_every_split_of_the_batch():
     data, _, _ = batch_with_terms(2)
     current = (data["prev_logprobs"][:, 1:] - 0.05).clone().requires_grad_()  # a later step
-    whole = penalty_term(current, data, data["token_mask"])
+    whole = penalty_term(current, data)
     (whole_gradient,) = torch.autograd.grad(whole, current)
     generator = torch.Generator().manual_seed(0)
     for pieces in (2, 3, len(data["sample_mask"])):
@@ -277,7 +277,7 @@ def test_batch_terms_are_the_same_on_every_split_of_the_batch():
         total = 0.0
         for rows in order.tensor_split(pieces):
             piece = {key: value[rows] for key, value in data.items()}
-            total = total + penalty_term(current[rows], piece, piece["token_mask"])
+            total = total + penalty_term(current[rows], piece)
         (gradient,) = torch.autograd.grad(total, current)
         assert total.item() == pytest.approx(whole.item(), rel=1e-12)
         torch.testing.assert_close(gradient, whole_gradient, rtol=1e-12, atol=1e-15)
@@ -287,7 +287,7 @@ def test_missing_batch_terms_name_the_trainer_fix():
     data, _, _ = batch_with_terms()
     del data[GRADIENT_KEY]
     with pytest.raises(RuntimeError, match="grpo_train and async_grpo_train"):
-        penalty_term(data["prev_logprobs"][:, 1:], data, data["token_mask"])
+        penalty_term(data["prev_logprobs"][:, 1:], data)
 
 
 @pytest.mark.parametrize(

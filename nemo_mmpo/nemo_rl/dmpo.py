@@ -174,16 +174,13 @@ def attach_penalty_terms(train_data: Any, settings: DMPOSettings) -> dict[str, f
     return {f"{METRIC_PREFIX}{key}": value for key, value in penalty.metrics.items()}
 
 
-def penalty_term(
-    next_token_logprobs: torch.Tensor, data: Any, token_mask: torch.Tensor
-) -> torch.Tensor:
+def penalty_term(next_token_logprobs: torch.Tensor, data: Any) -> torch.Tensor:
     """This piece of the batch's share of the linearised penalty (a differentiable scalar).
 
     Args:
         next_token_logprobs: ``[rows, seq_len - 1]`` current log-probabilities (the loss input).
-        data: the piece's data, with ``prev_logprobs`` and the two keys of
+        data: the piece's data, with ``token_mask``, ``prev_logprobs`` and the two keys of
             :func:`attach_penalty_terms`.
-        token_mask: ``[rows, seq_len]`` loss-token mask.
     """
     missing = [key for key in (SHARE_KEY, GRADIENT_KEY) if key not in data]
     if missing:
@@ -194,6 +191,7 @@ def penalty_term(
             "_apply_configured_message_level_advantage_penalties. Use those trainers "
             "(data_plane.enabled=false) or loss_fn.name=mmpo"
         )
+    token_mask = data["token_mask"]
     phi = token_means(next_token_logprobs, token_mask)
     phi_before = token_means(data["prev_logprobs"].to(phi.dtype), token_mask)
     share = data[SHARE_KEY].to(phi.dtype)

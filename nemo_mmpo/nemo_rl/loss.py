@@ -69,7 +69,7 @@ class DMPOLossFn(ClippedPGLossFn):
         loss, metrics = super().__call__(
             next_token_logprobs, data, global_valid_seqs, global_valid_toks, *args, **kwargs
         )
-        term = dmpo.penalty_term(next_token_logprobs, data, data["token_mask"])
+        term = dmpo.penalty_term(next_token_logprobs, data)
         loss = loss + self.dmpo.weight * term
         metrics["loss"] = loss.item()
         metrics[f"{dmpo.METRIC_PREFIX}penalty_term"] = term.item()
