@@ -287,7 +287,7 @@ DMPO_RECIPE = ROOT / "examples" / "configs" / "dmpo_math_qwen3_1.7b.yaml"
     ("overrides", "fragment"),
     [
         (["loss_fn.force_on_policy_ratio=true"], "set loss_fn.force_on_policy_ratio=false"),
-        (["data_plane={enabled: true}"], "set data_plane.enabled=false"),
+        (["+data_plane.enabled=true"], "set data_plane.enabled=false"),
         (["loss_fn.dmpo_temperature=0"], "loss_fn.dmpo_temperature=0 is not valid"),
         (["loss_fn.dmpo_weight=-2"], "loss_fn.dmpo_weight=-2 is not valid"),
     ],
