@@ -235,12 +235,93 @@ class CPUPolicy(PolicyLifecycle):
         self.steps = int(state["steps"])
 
 
-class CPUGeneration(GenerationLifecycle):
-    """NeMo-RL's generation interface: ``model.generate`` sampling on the policy's model.
+def sample(
+    model: Any,
+    tokenizer: Any,
+    data: Any,
+    generation_config: dict[str, Any],
+    logprob_temperature: float,
+    greedy: bool = False,
+) -> Any:
+    """NeMo-RL's generation output for ``data`` (``input_ids``, ``input_lengths``), sampled with
+    ``model.generate``: ``output_ids`` (prompt + response, right-padded), the response tokens'
+    ``logprobs`` at ``logprob_temperature``, ``generation_lengths``, ``unpadded_sequence_lengths``.
 
     Settings from ``policy.generation``: ``temperature`` (0: greedy), ``top_p``,
-    ``max_new_tokens``. The returned ``logprobs`` are the policy's (same temperature) for the
-    sampled tokens, so NeMo-RL's generation-vs-training error metrics read 1.0.
+    ``max_new_tokens``; sampling draws from torch's global RNG (seeded by the driver).
+    """
+    input_ids, input_lengths = data["input_ids"], data["input_lengths"]
+    rows = input_ids.shape[0]
+    width = int(input_lengths.max())
+    pad = tokenizer.pad_token_id
+    left = torch.full((rows, width), pad, dtype=torch.long)
+    for row in range(rows):  # generate() wants left padding
+        length = int(input_lengths[row])
+        left[row, width - length :] = input_ids[row, :length]
+    attention = (torch.arange(width)[None, :] >= (width - input_lengths)[:, None]).long()
+    temperature = float(generation_config.get("temperature", 1.0))
+    options: dict[str, Any] = {"max_new_tokens": int(generation_config["max_new_tokens"])}
+    if greedy or temperature == 0:
+        options["do_sample"] = False
+    else:
+        options.update(
+            do_sample=True,
+            temperature=temperature,
+            top_p=float(generation_config.get("top_p") or 1.0),
+            top_k=0,
+        )
+    with torch.no_grad():
+        output = model.generate(
+            input_ids=left,
+            attention_mask=attention,
+            pad_token_id=pad,
+            eos_token_id=tokenizer.eos_token_id,
+            **options,
+        )
+    new = output[:, width:]
+    lengths = []
+    for row in range(rows):
+        tokens = new[row].tolist()
+        end = len(tokens)
+        if tokenizer.eos_token_id in tokens:
+            end = tokens.index(tokenizer.eos_token_id) + 1
+        lengths.append(end)
+    total = int(input_lengths.max()) + max(max(lengths), 1)
+    output_ids = torch.full((rows, total), pad, dtype=torch.long)
+    for row in range(rows):
+        length = int(input_lengths[row])
+        output_ids[row, :length] = input_ids[row, :length]
+        output_ids[row, length : length + lengths[row]] = new[row, : lengths[row]]
+    generation_lengths = torch.tensor(lengths)
+    unpadded = input_lengths + generation_lengths
+    with torch.no_grad():
+        logprobs = token_logprobs(model, output_ids, unpadded, logprob_temperature)
+    positions = torch.arange(total)
+    response = (positions[None, :] >= input_lengths[:, None]) & (
+        positions[None, :] < unpadded[:, None]
+    )
+    return _batched(
+        {
+            "output_ids": output_ids,
+            "logprobs": logprobs * response,
+            "generation_lengths": generation_lengths,
+            "unpadded_sequence_lengths": unpadded,
+        }
+    )
+
+
+def _rows(outputs: Any):
+    """``(row, one-row batch)`` pairs, as vLLM's ``generate_async`` yields them."""
+    for row in range(outputs["output_ids"].shape[0]):
+        yield row, outputs.slice(row, row + 1)
+
+
+class CPUGeneration(GenerationLifecycle):
+    """NeMo-RL's generation interface: ``model.generate`` sampling on the policy's model
+    (colocated, in the driver: a refit is a no-op).
+
+    The returned ``logprobs`` are the policy's (same temperature) for the sampled tokens, so
+    NeMo-RL's generation-vs-training error metrics read 1.0.
     """
 
     def __init__(self, policy: CPUPolicy, generation_config: dict[str, Any]) -> None:
@@ -248,67 +329,126 @@ class CPUGeneration(GenerationLifecycle):
         self.cfg = generation_config
 
     def generate(self, data: Any, greedy: bool = False) -> Any:
-        model, tokenizer = self.policy.model, self.policy.tokenizer
-        input_ids, input_lengths = data["input_ids"], data["input_lengths"]
-        rows = input_ids.shape[0]
-        width = int(input_lengths.max())
-        pad = tokenizer.pad_token_id
-        left = torch.full((rows, width), pad, dtype=torch.long)
-        for row in range(rows):  # generate() wants left padding
-            length = int(input_lengths[row])
-            left[row, width - length :] = input_ids[row, :length]
-        attention = (torch.arange(width)[None, :] >= (width - input_lengths)[:, None]).long()
-        temperature = float(self.cfg.get("temperature", 1.0))
-        options: dict[str, Any] = {"max_new_tokens": int(self.cfg["max_new_tokens"])}
-        if greedy or temperature == 0:
-            options["do_sample"] = False
-        else:
-            options.update(
-                do_sample=True,
-                temperature=temperature,
-                top_p=float(self.cfg.get("top_p") or 1.0),
-                top_k=0,
-            )
-        with torch.no_grad():
-            output = model.generate(
-                input_ids=left,
-                attention_mask=attention,
-                pad_token_id=pad,
-                eos_token_id=tokenizer.eos_token_id,
-                **options,
-            )
-        new = output[:, width:]
-        lengths = []
-        for row in range(rows):
-            tokens = new[row].tolist()
-            end = len(tokens)
-            if tokenizer.eos_token_id in tokens:
-                end = tokens.index(tokenizer.eos_token_id) + 1
-            lengths.append(end)
-        total = int(input_lengths.max()) + max(max(lengths), 1)
-        output_ids = torch.full((rows, total), pad, dtype=torch.long)
-        for row in range(rows):
-            length = int(input_lengths[row])
-            output_ids[row, :length] = input_ids[row, :length]
-            output_ids[row, length : length + lengths[row]] = new[row, : lengths[row]]
-        generation_lengths = torch.tensor(lengths)
-        unpadded = input_lengths + generation_lengths
-        with torch.no_grad():
-            logprobs = token_logprobs(model, output_ids, unpadded, self.policy.temperature)
-        positions = torch.arange(total)
-        response = (positions[None, :] >= input_lengths[:, None]) & (
-            positions[None, :] < unpadded[:, None]
-        )
-        return _batched(
-            {
-                "output_ids": output_ids,
-                "logprobs": logprobs * response,
-                "generation_lengths": generation_lengths,
-                "unpadded_sequence_lengths": unpadded,
-            }
+        return sample(
+            self.policy.model,
+            self.policy.tokenizer,
+            data,
+            self.cfg,
+            self.policy.temperature,
+            greedy,
         )
 
     async def generate_async(self, data: Any, greedy: bool = False) -> Any:
-        outputs = self.generate(data, greedy)
-        for row in range(outputs["output_ids"].shape[0]):
-            yield row, outputs.slice(row, row + 1)
+        for item in _rows(self.generate(data, greedy)):
+            yield item
+
+
+class GenerationWorker:
+    """A generation engine's own copy of the model, in its own process (a CPU Ray actor)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        generation_config: dict[str, Any],
+        logprob_temperature: float,
+        seed: int,
+    ) -> None:
+        torch.manual_seed(seed)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.cfg = generation_config
+        self.logprob_temperature = logprob_temperature
+        self.refits = 0
+
+    def generate(self, data: Any, greedy: bool = False) -> Any:
+        return sample(self.model, self.tokenizer, data, self.cfg, self.logprob_temperature, greedy)
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> bool:
+        self.model.load_state_dict(state_dict)
+        self.refits += 1
+        return True
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def refit_count(self) -> int:
+        return self.refits
+
+
+class SeparateCPUGeneration(GenerationLifecycle):
+    """NeMo-RL's generation interface on a separate engine: a CPU Ray actor with its own copy
+    of the weights, refit from the policy after every optimizer step, as NeMo-RL's
+    non-colocated vLLM is. NeMo-RL's ``async_grpo_train`` needs this layout: its trajectory
+    collector (a Ray actor) holds a copy of this object and samples through the actor while the
+    driver trains.
+
+    A refit sends the policy's ``state_dict`` through Ray's object store
+    (``update_weights_from_collective``, where vLLM receives an NCCL broadcast). The returned
+    ``logprobs`` are the engine's, computed with the weights that sampled the tokens.
+    """
+
+    def __init__(self, policy: CPUPolicy, generation_config: dict[str, Any], seed: int) -> None:
+        import copy
+
+        import ray
+
+        self.policy: CPUPolicy | None = policy
+        self.cfg = generation_config
+        actor = ray.remote(num_cpus=0)(GenerationWorker)
+        self.worker = actor.remote(
+            copy.deepcopy(policy.model),
+            policy.tokenizer,
+            generation_config,
+            policy.temperature,
+            seed,
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the collector's copy samples through the actor; weights come from the driver's policy
+        return {**self.__dict__, "policy": None}
+
+    def generate(self, data: Any, greedy: bool = False) -> Any:
+        import ray
+
+        return ray.get(self.worker.generate.remote(data, greedy))
+
+    async def generate_async(self, data: Any, greedy: bool = False) -> Any:
+        outputs = await self.worker.generate.remote(data, greedy)
+        for item in _rows(outputs):
+            yield item
+
+    def _send_weights(self) -> list:
+        if self.policy is None:
+            raise RuntimeError(
+                "a refit must be started from the driver's generation object (it holds the policy)"
+            )
+        weights = {
+            name: value.detach().clone() for name, value in self.policy.model.state_dict().items()
+        }
+        return [self.worker.load_weights.remote(weights)]
+
+    def update_weights_from_collective(self, *args: Any, **kwargs: Any) -> list:
+        return self._send_weights()
+
+    def update_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
+        return self._send_weights()
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        import ray
+
+        return ray.get(self.worker.weights.remote())
+
+    def refit_count(self) -> int:
+        import ray
+
+        return ray.get(self.worker.refit_count.remote())
+
+    def shutdown(self) -> bool:
+        """Stop the engine's actor (NeMo-RL's async trainer calls this, and so does our driver)."""
+        import ray
+
+        if self.worker is not None:
+            ray.kill(self.worker)
+            self.worker = None
+        return True

@@ -7,6 +7,7 @@ real ``grpo_train`` with them: real sampling from the model, NeMo-RL's Math-Veri
 
 from __future__ import annotations
 
+import pytest
 import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 from test_trainer_loop import PROMPTS, TINY_RUN, initial_save_state, ray_cluster  # noqa: F401
@@ -21,7 +22,7 @@ math_environment = import_nemo_rl("nemo_rl.environments.math_environment")
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install, tiny_cpu
-from nemo_mmpo.nemo_rl.cpu_backends import CPUGeneration, CPUPolicy
+from nemo_mmpo.nemo_rl.cpu_backends import CPUGeneration, CPUPolicy, SeparateCPUGeneration
 
 
 def tiny_llama(tokenizer):
@@ -93,6 +94,49 @@ def test_one_train_step_with_nemo_rl_loss_raises_the_advantaged_response():
     assert after[0, -1] > before[0, -1] and after[1, -1] < before[1, -1]
     assert results["loss"].shape == (1,) and torch.isfinite(results["grad_norm"]).all()
     assert len(results["all_mb_metrics"]["probs_ratio"]) == 2  # one per micro-batch
+
+
+def test_separate_engine_samples_from_its_copy_until_a_refit_sends_the_policys_weights(
+    ray_cluster,  # noqa: F811
+):
+    """``SeparateCPUGeneration`` (the async layout): greedy outputs equal the colocated engine's
+    on the same weights; after an optimizer step they are the old weights' until NeMo-RL's
+    non-colocated refit call (``update_weights_from_collective``) moves the new ones over; a
+    pickled copy (what the trajectory collector holds) samples but cannot refit."""
+    import pickle
+
+    import ray
+
+    tokenizer = char_tokenizer()
+    policy = CPUPolicy(tiny_llama(tokenizer), tokenizer, policy_config(max_new_tokens=8))
+    colocated = CPUGeneration(policy, policy.cfg["generation"])
+    separate = SeparateCPUGeneration(policy, policy.cfg["generation"], seed=0)
+    prompts = prompt_batch(tokenizer, ["What is 1 + 2?", "Q7: 3 + 4 ="])
+    try:
+        before = colocated.generate(prompts, greedy=True)
+        for key in ("output_ids", "generation_lengths"):
+            assert torch.equal(separate.generate(prompts, greedy=True)[key], before[key])
+        with torch.no_grad():  # a large change of the policy's weights (as a training step)
+            for parameter in policy.model.parameters():
+                parameter.add_(torch.randn_like(parameter))
+        after = colocated.generate(prompts, greedy=True)
+        assert not torch.equal(after["output_ids"], before["output_ids"])
+        stale = separate.generate(prompts, greedy=True)
+        assert torch.equal(stale["output_ids"], before["output_ids"])  # not refit yet
+        assert all(ray.get(separate.update_weights_from_collective()))
+        refit = separate.generate(prompts, greedy=True)
+        assert torch.equal(refit["output_ids"], after["output_ids"])
+        torch.testing.assert_close(refit["logprobs"], after["logprobs"], atol=1e-5, rtol=0)
+        assert separate.refit_count() == 1
+
+        copy = pickle.loads(pickle.dumps(separate))
+        assert copy.policy is None
+        assert torch.equal(copy.generate(prompts, greedy=True)["output_ids"], after["output_ids"])
+        with pytest.raises(RuntimeError, match="driver's generation object"):
+            copy.update_weights_from_collective()
+    finally:
+        separate.shutdown()
+    assert separate.shutdown()  # idempotent: NeMo-RL's trainer and our driver both call it
 
 
 def test_grpo_train_runs_on_the_tiny_model_with_nemo_rl_math_environment(
