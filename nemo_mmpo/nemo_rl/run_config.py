@@ -438,13 +438,20 @@ def run_plan(loaded: LoadedConfig) -> str:
     cpu = _get(config, "cpu_backend", {}) or {}
     if cpu.get("enabled"):
         data_parallel = 1
+        asynchronous = _get(config, "grpo.async_grpo.enabled", False)
+        trainer = "async_grpo_train" if asynchronous else "grpo_train"
+        generation = (
+            "its own copy of the weights in a CPU Ray actor, refit after every optimizer step"
+            if asynchronous
+            else "the policy's weights"
+        )
         lines[2:5] = [
             "cluster: this machine's CPUs (no GPU)",
-            f"training: {mode} in NeMo-RL's grpo_train, nemo-mmpo CPU policy (driver process):"
+            f"training: {mode} in NeMo-RL's {trainer}, nemo-mmpo CPU policy (driver process):"
             f" tiny Llama, hidden {cpu.get('hidden_size')} x {cpu.get('num_layers')} layers, "
             f"AdamW lr {cpu.get('learning_rate')}, warm start {cpu.get('warm_start_steps')} "
             "steps",
-            "generation: transformers sampling on the policy's weights (nemo-mmpo CPU backend)",
+            f"generation: transformers sampling on {generation} (nemo-mmpo CPU backend)",
         ]
     if isinstance(global_batch, int) and global_batch:
         steps = rollouts // global_batch

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,13 +174,54 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@contextmanager
+def _collector_on_this_interpreter(executable: str) -> Iterator[None]:
+    """Run NeMo-RL's async trajectory collector and replay buffer on the driver's interpreter
+    while the block runs.
+
+    NeMo-RL's registry starts them in its uv-built vLLM environment, which a CPU machine does
+    not have (``NEMO_RL_PY_EXECUTABLES_SYSTEM=1`` does the same for every actor).
+    """
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+
+    names = [
+        f"nemo_rl.algorithms.async_utils.{actor}"
+        for actor in ("AsyncTrajectoryCollector", "ReplayBuffer")
+    ]
+    previous = {name: ACTOR_ENVIRONMENT_REGISTRY.get(name) for name in names}
+    ACTOR_ENVIRONMENT_REGISTRY.update(dict.fromkeys(names, executable))
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                ACTOR_ENVIRONMENT_REGISTRY.pop(name, None)
+            else:
+                ACTOR_ENVIRONMENT_REGISTRY[name] = value
+
+
+def _check_async_run_finished(checkpointer: Any, max_num_steps: int) -> None:
+    """NeMo-RL's ``async_grpo_train`` prints an exception in its loop and returns; it always
+    saves its last step, so a run that stopped early has no checkpoint of ``max_num_steps``."""
+    latest = checkpointer.get_latest_checkpoint_path()
+    info = checkpointer.load_training_info(latest) if latest is not None else None
+    step = int((info or {}).get("current_step", 0))
+    if step < max_num_steps:
+        raise RuntimeError(
+            f"NeMo-RL's async_grpo_train stopped at step {step} of grpo.max_num_steps="
+            f"{max_num_steps} (its error and traceback are printed above); the same command "
+            "resumes from the newest checkpoint once the cause is fixed"
+        )
+
+
 def run(raw_config: dict[str, Any]) -> dict[str, Any]:
-    """Train with NeMo-RL's ``grpo_train`` on CPU; returns where things were written."""
+    """Train with NeMo-RL's ``grpo_train`` (``async_grpo_train`` when ``grpo.async_grpo.enabled``)
+    on CPU; returns where things were written."""
     import ray
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     from nemo_mmpo.nemo_rl import install
-    from nemo_mmpo.nemo_rl.cpu_backends import CPUGeneration, CPUPolicy
+    from nemo_mmpo.nemo_rl.cpu_backends import CPUGeneration, CPUPolicy, SeparateCPUGeneration
 
     install()  # before Ray starts: the estimator and loss hooks, the workers' path
     from nemo_rl.algorithms import grpo
@@ -233,30 +276,42 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
         print(f"[nemo-mmpo] warm start: {settings.warm_start_steps} steps, loss {loss:.3f}")
         policy = CPUPolicy(model, tokenizer, policy_config)
         save_state = _save_state(grpo, None)
-    generation = CPUGeneration(policy, policy_config["generation"])
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False)
+    asynchronous = bool((section("grpo").get("async_grpo") or {}).get("enabled"))
+    if asynchronous:  # NeMo-RL's async layout: generation in its own process, refit each step
+        generation = SeparateCPUGeneration(policy, policy_config["generation"], settings.seed)
+    else:
+        generation = CPUGeneration(policy, policy_config["generation"])
     environment = MathEnvironment.options(
         runtime_env={"py_executable": PY_EXECUTABLES.SYSTEM}
     ).remote(section("env")["math"])
     logger = Logger(master_config.logger)
+    arguments = (
+        policy,
+        generation,
+        dataloader,
+        None,
+        tokenizer,
+        grpo.ClippedPGLossFn(master_config.loss_fn),
+        {"math": environment},
+        None,
+        logger,
+        checkpointer,
+        save_state,
+        master_config,
+    )
     try:
-        grpo.grpo_train(
-            policy,
-            generation,
-            dataloader,
-            None,
-            tokenizer,
-            grpo.ClippedPGLossFn(master_config.loss_fn),
-            {"math": environment},
-            None,
-            logger,
-            checkpointer,
-            save_state,
-            master_config,
-        )
+        if asynchronous:
+            age = section("grpo")["async_grpo"]["max_trajectory_age_steps"]
+            with _collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM):
+                grpo.async_grpo_train(*arguments, max_trajectory_age_steps=age)
+            _check_async_run_finished(checkpointer, section("grpo")["max_num_steps"])
+        else:
+            grpo.grpo_train(*arguments)
     finally:
+        generation.shutdown()
         ray.kill(environment)
         if started_ray:
             ray.shutdown()

@@ -19,11 +19,11 @@ import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, tiny_cpu
-from nemo_mmpo.nemo_rl.cpu_backends import CPUPolicy, token_logprobs
+from nemo_mmpo.nemo_rl.cpu_backends import CPUPolicy, SeparateCPUGeneration, token_logprobs
 from nemo_mmpo.nemo_rl.run_config import load_run_config
 
 
-def recipe(tmp_path, name, steps, *extra):
+def recipe(tmp_path, name, steps, *extra, config="mmpo_tiny_cpu.yaml"):
     overrides = [
         f"grpo.max_num_steps={steps}",
         "checkpointing.save_period=5",
@@ -31,7 +31,7 @@ def recipe(tmp_path, name, steps, *extra):
         f"logger.log_dir={tmp_path / name / 'logs'}",
         *extra,
     ]
-    return load_run_config(CONFIGS_DIR / "mmpo_tiny_cpu.yaml", overrides).config
+    return load_run_config(CONFIGS_DIR / config, overrides).config
 
 
 @pytest.fixture
@@ -116,3 +116,63 @@ def test_short_tiny_run_trains_on_the_core_advantages_and_resumes(
     assert len(resumed) == len(straight) == 2
     for (_, mine, _), (_, theirs, _) in zip(resumed, straight, strict=True):
         assert torch.equal(mine, theirs)
+
+
+def test_short_async_tiny_run_refits_a_separate_engine_and_resumes(
+    ray_cluster,  # noqa: F811
+    spies,
+    tmp_path,
+    monkeypatch,
+):
+    """``mmpo_tiny_cpu_async.yaml``: NeMo-RL's ``async_grpo_train`` with its trajectory
+    collector sampling through a separate CPU engine. The engine starts from the policy's
+    weights, is refit with them before training and after every optimizer step, and ends
+    holding the policy's final weights; the advantages are the core library's; a second run
+    resumes from the saved step (NeMo-RL restores its replay buffer)."""
+    engines = []
+    shutdown = SeparateCPUGeneration.shutdown
+
+    def recording_shutdown(self):  # NeMo-RL's trainer shuts it down first, then our driver
+        if self.worker is not None:
+            engines.append({"weights": self.weights(), "refits": self.refit_count()})
+        return shutdown(self)
+
+    monkeypatch.setattr(SeparateCPUGeneration, "shutdown", recording_shutdown)
+    batches = []
+    train = CPUPolicy.train
+
+    def recording_train(self, data, loss_fn, *args, **kwargs):
+        batches.append({key: data[key].clone() for key in ("generation_logprobs", "token_mask")})
+        batches[-1]["prev_logprobs"] = data["prev_logprobs"].clone()
+        return train(self, data, loss_fn, *args, **kwargs)
+
+    monkeypatch.setattr(CPUPolicy, "train", recording_train)  # over the spies' recorder
+
+    first = tiny_cpu.run(recipe(tmp_path, "async", 3, config="mmpo_tiny_cpu_async.yaml"))
+    assert len(spies["estimator"]) == len(spies["train"]) == 3
+    for (estimator, prompt_ids, rewards), advantages in zip(
+        spies["estimator"], spies["train"], strict=True
+    ):
+        expected = compute_advantages(
+            rewards, group_ids_from_prompt_rows(prompt_ids), estimator.objective, "plugin"
+        ).to(advantages.dtype)
+        assert torch.equal(advantages[:, 0], expected)
+    # one refit before training, one after each of the 3 steps; then the engine holds the
+    # policy's final weights, which the first batch's sampling weights are not
+    (engine,) = engines
+    assert engine["refits"] == 4
+    policy = spies["policies"][-1]
+    final = policy.model.state_dict()
+    assert all(torch.equal(engine["weights"][name], final[name]) for name in final)
+    # the first batch was sampled by the engine's copy of the starting weights: its
+    # log-probabilities are the training policy's before the first step
+    mask = batches[0]["token_mask"].bool()
+    torch.testing.assert_close(
+        batches[0]["generation_logprobs"][mask], batches[0]["prev_logprobs"][mask]
+    )
+    assert Path(first["checkpoint"]).parent.parent.name == "step_3"
+    assert (Path(first["checkpoint"]).parents[1] / "replay_buffer.pt").is_file()
+
+    tiny_cpu.run(recipe(tmp_path, "async", 4, config="mmpo_tiny_cpu_async.yaml"))
+    assert len(spies["estimator"]) == 4  # step 4 only
+    assert (tmp_path / "async" / "checkpoints" / "step_4" / "policy" / "weights").is_dir()
