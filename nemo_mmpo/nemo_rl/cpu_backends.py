@@ -2,11 +2,14 @@
 
 NeMo-RL's ``grpo_train`` drives a policy (log-probabilities, training with the loss it is
 given, checkpoints) and a generation engine (sampling, weight refits) that normally live in
-GPU Ray workers (Megatron/DTensor, vLLM). These two classes implement the methods
-``grpo_train`` calls on them, in the driver process, on one causal LM, so that NeMo-RL's own
-loop (data processing, environment, advantages, loss, logging, checkpointing) runs on a
-laptop. Everything else stays NeMo-RL's; the generation engine shares the policy's model, so a
-refit is a no-op.
+GPU Ray workers (Megatron/DTensor, vLLM). These classes implement the methods ``grpo_train``
+and ``async_grpo_train`` call on them, on one causal LM, so that NeMo-RL's own loop (data
+processing, environment, advantages, loss, logging, checkpointing) runs on a laptop:
+
+- ``CPUPolicy``: the policy, in the driver process;
+- ``CPUGeneration``: sampling on the policy's own model (colocated; a refit is a no-op);
+- ``SeparateCPUGeneration``: sampling in a CPU Ray actor with its own copy of the weights,
+  refit from the policy (non-colocated, the layout NeMo-RL's async trainer needs).
 
 Conventions are NeMo-RL's: ``logprobs[:, t]`` is ``log p(token_t | tokens_<t)`` with column 0
 zero; the loss gets next-token log-probabilities ``[rows, seq_len - 1]``; losses over the

@@ -8,9 +8,11 @@ recipe has ``cpu_backend.enabled: true``. What is ours and what is NeMo-RL's:
   character tokenizer), the tiny Llama built from a config, the supervised warm start (so
   rewards start mixed), and this driver, which stands where NeMo-RL's ``setup()`` would build
   GPU workers;
-- NeMo-RL's: ``grpo_train`` itself, its batch collation, its Math-Verify ``MathEnvironment``
-  (a Ray actor), its ``Logger`` (TensorBoard), its ``CheckpointManager`` (and the resume
-  state), and through ``install()`` our estimator and loss as on a GPU cluster.
+- NeMo-RL's: ``grpo_train`` itself (``async_grpo_train`` with its trajectory collector and
+  replay buffer for ``mmpo_tiny_cpu_async.yaml``), its batch collation, its Math-Verify
+  ``MathEnvironment`` (a Ray actor), its ``Logger`` (TensorBoard), its ``CheckpointManager``
+  (and the resume state), and through ``install()`` our estimator and loss as on a GPU
+  cluster.
 
 A second run resumes from the newest checkpoint in ``checkpointing.checkpoint_dir``.
 """
