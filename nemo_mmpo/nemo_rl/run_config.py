@@ -31,6 +31,8 @@ CONTAINER_NEMO_RL = Path("/opt/nemo-rl")
 LINK_NAME = "nemo_rl"
 #: this checkout's recipes (their ``defaults`` name ``nemo_rl/<file>.yaml``)
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "examples" / "configs"
+#: where the recipes' relative paths (data, prompts, logs) start: the entry point runs here
+REPO_ROOT = CONFIGS_DIR.parents[1]
 
 
 def find_nemo_rl_root() -> Path | None:
@@ -360,6 +362,47 @@ def _validate_dmpo(
         )
 
 
+def _training_prompts(config: dict[str, Any]) -> tuple[int, str] | None:
+    """How many prompts ``data.train.data_path`` holds: counted when the file exists, else the
+    MATH train size for the file ``--prepare-data`` writes; None when neither is known."""
+    data_path = _get(config, "data.train.data_path")
+    if not isinstance(data_path, str):
+        return None
+    path = Path(data_path) if Path(data_path).is_absolute() else REPO_ROOT / data_path
+    if path.is_file():
+        with path.open(encoding="utf-8") as handle:
+            return sum(1 for line in handle if line.strip()), data_path
+    if path.name == "math_train.jsonl":
+        from nemo_mmpo.data import BENCHMARKS
+
+        size = BENCHMARKS["math_train"].expected_size
+        return size, f"{data_path} (MATH train as --prepare-data writes it)"
+    return None
+
+
+def _validate_async_data(config: dict[str, Any], prompts: int) -> None:
+    """NeMo-RL's async trainer reads the training dataloader once (``grpo.max_num_epochs``
+    does not apply): past the last batch v0.7.0 waits forever and main stops with an error."""
+    if not _get(config, "grpo.async_grpo.enabled", False):
+        return
+    if (_get(config, "cpu_backend", {}) or {}).get("enabled"):
+        return  # the tiny CPU driver feeds max_num_epochs passes through one dataloader
+    known = _training_prompts(config)
+    max_steps = _get(config, "grpo.max_num_steps")
+    if known is None or not isinstance(max_steps, int):
+        return
+    size, source = known
+    steps = size // prompts
+    if max_steps > steps:
+        raise MMPOInputError(
+            f"grpo.max_num_steps={max_steps} with grpo.async_grpo.enabled=true: NeMo-RL's "
+            f"async trainer reads the training set once (grpo.max_num_epochs does not apply), "
+            f"and {source} holds {size} prompts = {steps} steps of {prompts}; at step "
+            f"{steps + 1} NeMo-RL v0.7.0 waits forever (main stops with an error). Set "
+            f"grpo.max_num_steps={steps} or fewer"
+        )
+
+
 def validate_run_config(config: dict[str, Any]) -> list[str]:
     """Check the settings MMPO depends on; returns warnings, raises on errors."""
     warnings: list[str] = []
@@ -380,6 +423,7 @@ def validate_run_config(config: dict[str, Any]) -> list[str]:
             f"(num_prompts_per_step x num_generations_per_prompt = {rollouts})"
         )
     _validate_loss(config, rollouts, warnings)
+    _validate_async_data(config, prompts)
     return warnings
 
 

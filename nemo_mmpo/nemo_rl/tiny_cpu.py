@@ -202,6 +202,32 @@ def _collector_on_this_interpreter(executable: str) -> Iterator[None]:
                 ACTOR_ENVIRONMENT_REGISTRY[name] = value
 
 
+def epochs_in_one_pass(records: list, grpo_config: dict[str, Any], seed: int) -> list:
+    """The training records for NeMo-RL's async trainer, whose collector iterates the
+    dataloader once: as many epochs as ``grpo.max_num_steps`` needs (at most
+    ``grpo.max_num_epochs``), each a seeded permutation, so that no batch straddles two epochs
+    (a prompt twice in one batch would make one group of two groups' rollouts)."""
+    prompts = grpo_config["num_prompts_per_step"]
+    steps_per_epoch = len(records) // prompts
+    if steps_per_epoch == 0:
+        raise MMPOInputError(
+            f"{len(records)} training problems make no batch of grpo.num_prompts_per_step="
+            f"{prompts}: lower it or the validation_fraction"
+        )
+    needed = -(-grpo_config["max_num_steps"] // steps_per_epoch)
+    if needed > grpo_config["max_num_epochs"]:
+        raise MMPOInputError(
+            f"grpo.max_num_steps={grpo_config['max_num_steps']} needs {needed} epochs of "
+            f"{steps_per_epoch} steps; set grpo.max_num_epochs={needed} or more"
+        )
+    passes = []
+    for epoch in range(needed):
+        order = list(range(len(records)))
+        random.Random(seed * 100_003 + epoch).shuffle(order)
+        passes.extend(records[index] for index in order[: steps_per_epoch * prompts])
+    return passes
+
+
 def _check_async_run_finished(checkpointer: Any, max_num_steps: int) -> None:
     """NeMo-RL's ``async_grpo_train`` prints an exception in its loop and returns; it always
     saves its last step, so a run that stopped early has no checkpoint of ``max_num_steps``."""
@@ -251,11 +277,20 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
     policy_config = section("policy")
     policy_config["optimizer"] = {"kwargs": {"lr": settings.learning_rate}}
     last = checkpointer.get_latest_checkpoint_path()
+    grpo_config = section("grpo")
+    asynchronous = bool((grpo_config.get("async_grpo") or {}).get("enabled"))
+    if asynchronous:  # NeMo-RL's async collector iterates the dataloader once
+        dataset = epochs_in_one_pass(records, grpo_config, settings.seed)
+    else:
+        dataset = records
     dataloader = StatefulDataLoader(
-        records,
-        batch_size=section("grpo")["num_prompts_per_step"],
-        shuffle=True,  # from the seeded global RNG, as NeMo-RL's setup(): an explicit generator
-        collate_fn=rl_collate_fn,  # is not restored by StatefulDataLoader at an epoch's end
+        dataset,
+        batch_size=grpo_config["num_prompts_per_step"],
+        # sync: shuffled from the seeded global RNG, as NeMo-RL's setup() (an explicit
+        # generator is not restored by StatefulDataLoader at an epoch's end); async: the
+        # epochs are already shuffled into the one pass
+        shuffle=not asynchronous,
+        collate_fn=rl_collate_fn,
         drop_last=True,
     )
     if last is not None:  # resume as NeMo-RL's setup() does, with its own helpers
@@ -281,7 +316,6 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False)
-    asynchronous = bool((section("grpo").get("async_grpo") or {}).get("enabled"))
     if asynchronous:  # NeMo-RL's async layout: generation in its own process, refit each step
         generation = SeparateCPUGeneration(policy, policy_config["generation"], settings.seed)
     else:
