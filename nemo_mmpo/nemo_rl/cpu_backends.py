@@ -346,8 +346,30 @@ class CPUGeneration(GenerationLifecycle):
             yield item
 
 
+def _concatenate_prompts(batches: list[Any]) -> Any:
+    """One ``input_ids``/``input_lengths`` batch from several, right-padded to the widest."""
+    width = max(int(batch["input_ids"].shape[1]) for batch in batches)
+    rows = []
+    for batch in batches:
+        ids = batch["input_ids"]
+        padding = torch.zeros((ids.shape[0], width - ids.shape[1]), dtype=ids.dtype)
+        rows.append(torch.cat([ids, padding], dim=1))
+    return _batched(
+        {
+            "input_ids": torch.cat(rows),
+            "input_lengths": torch.cat([batch["input_lengths"] for batch in batches]),
+        }
+    )
+
+
 class GenerationWorker:
-    """A generation engine's own copy of the model, in its own process (a CPU Ray actor)."""
+    """A generation engine's own copy of the model, in its own process (an async CPU Ray actor).
+
+    NeMo-RL's async rollouts send one request per sample, concurrently; like vLLM's continuous
+    batching, requests that arrive together are sampled as one batch (each row is sampled as it
+    would be alone; only the order of random draws depends on the grouping). A refit waits for
+    the batch in flight.
+    """
 
     def __init__(
         self,
@@ -363,13 +385,64 @@ class GenerationWorker:
         self.cfg = generation_config
         self.logprob_temperature = logprob_temperature
         self.refits = 0
+        self.batch_sizes: list[int] = []
+        self._pending: list[tuple[Any, bool, Any]] = []
+        self._batcher: Any = None
+        self._model_lock: Any = None
 
-    def generate(self, data: Any, greedy: bool = False) -> Any:
-        return sample(self.model, self.tokenizer, data, self.cfg, self.logprob_temperature, greedy)
+    def _lock(self) -> Any:
+        import asyncio
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> bool:
-        self.model.load_state_dict(state_dict)
-        self.refits += 1
+        if self._model_lock is None:  # created on the actor's event loop
+            self._model_lock = asyncio.Lock()
+        return self._model_lock
+
+    async def generate(self, data: Any, greedy: bool = False) -> Any:
+        import asyncio
+
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((data, greedy, future))
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.ensure_future(self._sample_pending())
+        return await future
+
+    async def _sample_pending(self) -> None:
+        import asyncio
+
+        while self._pending:
+            await asyncio.sleep(0.005)  # let requests sent together arrive together
+            requests, self._pending = self._pending, []
+            for greedy in (False, True):
+                chosen = [request for request in requests if request[1] == greedy]
+                if not chosen:
+                    continue
+                try:
+                    merged = _concatenate_prompts([data for data, _, _ in chosen])
+                    async with self._lock():
+                        outputs = await asyncio.to_thread(
+                            sample,
+                            self.model,
+                            self.tokenizer,
+                            merged,
+                            self.cfg,
+                            self.logprob_temperature,
+                            greedy,
+                        )
+                except Exception as error:  # every waiting request gets the error
+                    for _, _, future in chosen:
+                        future.set_exception(error)
+                    continue
+                self.batch_sizes.append(int(merged["input_ids"].shape[0]))
+                start = 0
+                for data, _, future in chosen:
+                    rows = int(data["input_ids"].shape[0])
+                    future.set_result(outputs.slice(start, start + rows))
+                    start += rows
+
+    async def load_weights(self, state_dict: dict[str, torch.Tensor]) -> bool:
+        async with self._lock():
+            self.model.load_state_dict(state_dict)
+            self.refits += 1
         return True
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -377,6 +450,9 @@ class GenerationWorker:
 
     def refit_count(self) -> int:
         return self.refits
+
+    def sampled_batch_sizes(self) -> list[int]:
+        return list(self.batch_sizes)
 
 
 class SeparateCPUGeneration(GenerationLifecycle):
@@ -446,6 +522,12 @@ class SeparateCPUGeneration(GenerationLifecycle):
         import ray
 
         return ray.get(self.worker.refit_count.remote())
+
+    def sampled_batch_sizes(self) -> list[int]:
+        """Rows of each batch the engine sampled (requests that arrived together)."""
+        import ray
+
+        return ray.get(self.worker.sampled_batch_sizes.remote())
 
     def shutdown(self) -> bool:
         """Stop the engine's actor (NeMo-RL's async trainer calls this, and so does our driver)."""

@@ -129,6 +129,21 @@ def test_separate_engine_samples_from_its_copy_until_a_refit_sends_the_policys_w
         torch.testing.assert_close(refit["logprobs"], after["logprobs"], atol=1e-5, rtol=0)
         assert separate.refit_count() == 1
 
+        # requests sent together (NeMo-RL's async rollouts send one per sample) are sampled
+        # together and each gets its own rows, whatever the prompts' widths
+        texts = ["What is 1 + 2?", "Q7: 3 + 4 =", "9+9?"]
+        alone = [colocated.generate(prompt_batch(tokenizer, [text]), greedy=True) for text in texts]
+        requests = [
+            separate.worker.generate.remote(prompt_batch(tokenizer, [text]), True) for text in texts
+        ]
+        for solo, together in zip(alone, ray.get(requests), strict=True):
+            length = int(solo["unpadded_sequence_lengths"][0])
+            assert torch.equal(
+                together["unpadded_sequence_lengths"], solo["unpadded_sequence_lengths"]
+            )
+            assert torch.equal(together["output_ids"][0, :length], solo["output_ids"][0, :length])
+        assert max(separate.sampled_batch_sizes()) > 1
+
         copy = pickle.loads(pickle.dumps(separate))
         assert copy.policy is None
         assert torch.equal(copy.generate(prompts, greedy=True)["output_ids"], after["output_ids"])
