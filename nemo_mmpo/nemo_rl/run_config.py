@@ -382,24 +382,28 @@ def _training_prompts(config: dict[str, Any]) -> tuple[int, str] | None:
 
 def _validate_async_data(config: dict[str, Any], prompts: int) -> None:
     """NeMo-RL's async trainer reads the training dataloader once (``grpo.max_num_epochs``
-    does not apply): past the last batch v0.7.0 waits forever and main stops with an error."""
+    does not apply), and its trajectory collector needs one batch beyond the last step: when
+    the dataloader ends it stops and drops the generation in flight. Short of that, v0.7.0
+    waits forever for the last step's trajectories and main stops with an error."""
     if not _get(config, "grpo.async_grpo.enabled", False):
         return
     if (_get(config, "cpu_backend", {}) or {}).get("enabled"):
-        return  # the tiny CPU driver feeds max_num_epochs passes through one dataloader
+        return  # the tiny CPU driver lays the epochs the run needs into one pass
     known = _training_prompts(config)
     max_steps = _get(config, "grpo.max_num_steps")
     if known is None or not isinstance(max_steps, int):
         return
     size, source = known
-    steps = size // prompts
-    if max_steps > steps:
+    batches = size // prompts
+    if max_steps > batches - 1:
         raise MMPOInputError(
             f"grpo.max_num_steps={max_steps} with grpo.async_grpo.enabled=true: NeMo-RL's "
-            f"async trainer reads the training set once (grpo.max_num_epochs does not apply), "
-            f"and {source} holds {size} prompts = {steps} steps of {prompts}; at step "
-            f"{steps + 1} NeMo-RL v0.7.0 waits forever (main stops with an error). Set "
-            f"grpo.max_num_steps={steps} or fewer"
+            f"async trainer reads the training set once (grpo.max_num_epochs does not apply) "
+            f"and needs one batch beyond the last step (at the dataloader's end its collector "
+            f"stops and drops the generation in flight); {source} holds {size} prompts = "
+            f"{batches} batches of {prompts}, so at step {min(max_steps, batches)} NeMo-RL "
+            f"v0.7.0 waits forever (main stops with an error). Set "
+            f"grpo.max_num_steps={max(batches - 1, 0)} or fewer"
         )
 
 

@@ -204,9 +204,11 @@ def _collector_on_this_interpreter(executable: str) -> Iterator[None]:
 
 def epochs_in_one_pass(records: list, grpo_config: dict[str, Any], seed: int) -> list:
     """The training records for NeMo-RL's async trainer, whose collector iterates the
-    dataloader once: as many epochs as ``grpo.max_num_steps`` needs (at most
-    ``grpo.max_num_epochs``), each a seeded permutation, so that no batch straddles two epochs
-    (a prompt twice in one batch would make one group of two groups' rollouts)."""
+    dataloader once and needs one batch beyond the last step (at the dataloader's end it stops
+    and drops the generation in flight): as many epochs as ``grpo.max_num_steps + 1`` batches
+    need (at most ``grpo.max_num_epochs``), each a seeded permutation, so that no batch
+    straddles two epochs (a prompt twice in one batch would make one group of two groups'
+    rollouts)."""
     prompts = grpo_config["num_prompts_per_step"]
     steps_per_epoch = len(records) // prompts
     if steps_per_epoch == 0:
@@ -214,11 +216,12 @@ def epochs_in_one_pass(records: list, grpo_config: dict[str, Any], seed: int) ->
             f"{len(records)} training problems make no batch of grpo.num_prompts_per_step="
             f"{prompts}: lower it or the validation_fraction"
         )
-    needed = -(-grpo_config["max_num_steps"] // steps_per_epoch)
+    needed = -(-(grpo_config["max_num_steps"] + 1) // steps_per_epoch)
     if needed > grpo_config["max_num_epochs"]:
         raise MMPOInputError(
             f"grpo.max_num_steps={grpo_config['max_num_steps']} needs {needed} epochs of "
-            f"{steps_per_epoch} steps; set grpo.max_num_epochs={needed} or more"
+            f"{steps_per_epoch} batches (one batch more than the steps for NeMo-RL's async "
+            f"collector); set grpo.max_num_epochs={needed} or more"
         )
     passes = []
     for epoch in range(needed):

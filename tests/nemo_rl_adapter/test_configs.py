@@ -318,21 +318,24 @@ ASYNC_RECIPE = ROOT / "examples" / "configs" / "mmpo_math_qwen3_4b_async.yaml"
 
 
 def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_path):
-    """NeMo-RL's async trainer reads the training dataloader once: MATH train (7,500 prompts
-    when the file is not written yet) is 468 steps of 16."""
+    """NeMo-RL's async trainer reads the training dataloader once and needs a batch beyond the
+    last step: MATH train (7,500 prompts when the file is not written yet) is 468 batches of
+    16, so 467 steps."""
     assert validate_run_config(load_run_config(ASYNC_RECIPE, use_nemo_rl=False).config) == []
-    loaded = load_run_config(ASYNC_RECIPE, ["grpo.max_num_steps=469"], use_nemo_rl=False)
+    loaded = load_run_config(ASYNC_RECIPE, ["grpo.max_num_steps=468"], use_nemo_rl=False)
     with pytest.raises(MMPOInputError) as error:
         validate_run_config(loaded.config)
-    assert "holds 7500 prompts = 468 steps of 16" in str(error.value)
-    assert "Set grpo.max_num_steps=468 or fewer" in str(error.value)
+    assert "holds 7500 prompts = 468 batches of 16, so at step 468" in str(error.value)
+    assert "Set grpo.max_num_steps=467 or fewer" in str(error.value)
     # a written file is counted
     data = tmp_path / "train.jsonl"
     data.write_text("".join(f'{{"problem": "p{i}", "answer": "{i}"}}\n' for i in range(40)))
-    overrides = [f"data.train.data_path={data}", "grpo.max_num_steps=3"]
+    overrides = [f"data.train.data_path={data}", "grpo.max_num_steps=2"]
     loaded = load_run_config(ASYNC_RECIPE, overrides, use_nemo_rl=False)
-    with pytest.raises(MMPOInputError, match="holds 40 prompts = 2 steps of 16"):
+    with pytest.raises(MMPOInputError, match="holds 40 prompts = 2 batches of 16"):
         validate_run_config(loaded.config)
+    one = load_run_config(ASYNC_RECIPE, [*overrides[:1], "grpo.max_num_steps=1"])
+    assert validate_run_config(one.config) == []
     # the synchronous trainer loops over epochs itself
     loaded = load_run_config(ASYNC_RECIPE, [*overrides, "grpo.async_grpo.enabled=false"])
     validate_run_config(loaded.config)
@@ -344,9 +347,10 @@ def test_the_tiny_async_driver_shuffles_whole_epochs_into_one_pass():
     tiny = load_run_config(ROOT / "examples/configs/mmpo_tiny_cpu_async.yaml", use_nemo_rl=False)
     assert validate_run_config(tiny.config) == []  # 300 steps: the driver repeats the epochs
     records = [{"idx": index} for index in range(80)]
-    config = {"num_prompts_per_step": 8, "max_num_steps": 25, "max_num_epochs": 5}
+    config = {"num_prompts_per_step": 8, "max_num_steps": 29, "max_num_epochs": 5}
     one_pass = epochs_in_one_pass(records, config, seed=0)
-    assert len(one_pass) == 3 * 80  # 25 steps of 8 need three epochs of 10 steps
+    assert len(one_pass) == 3 * 80  # 29 steps + 1 batch of 8: three epochs of 10 batches
+    assert len(epochs_in_one_pass(records, {**config, "max_num_steps": 30}, seed=0)) == 4 * 80
     epochs = [one_pass[start : start + 80] for start in range(0, 240, 80)]
     assert all(sorted(record["idx"] for record in epoch) == list(range(80)) for epoch in epochs)
     assert epochs[0] != epochs[1]  # each epoch its own order
