@@ -346,7 +346,8 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
             age = section("grpo")["async_grpo"]["max_trajectory_age_steps"]
             with _collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM):
                 grpo.async_grpo_train(*arguments, max_trajectory_age_steps=age)
-            _check_async_run_finished(checkpointer, section("grpo")["max_num_steps"])
+            if section("checkpointing").get("enabled", True):
+                _check_async_run_finished(checkpointer, grpo_config["max_num_steps"])
         else:
             grpo.grpo_train(*arguments)
     finally:
