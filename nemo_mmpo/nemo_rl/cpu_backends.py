@@ -21,6 +21,7 @@ The one-command run around them is :mod:`nemo_mmpo.nemo_rl.tiny_cpu`.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -388,18 +389,9 @@ class GenerationWorker:
         self.batch_sizes: list[int] = []
         self._pending: list[tuple[Any, bool, Any]] = []
         self._batcher: Any = None
-        self._model_lock: Any = None
-
-    def _lock(self) -> Any:
-        import asyncio
-
-        if self._model_lock is None:  # created on the actor's event loop
-            self._model_lock = asyncio.Lock()
-        return self._model_lock
+        self._model_lock = asyncio.Lock()  # binds to the actor's loop at first use
 
     async def generate(self, data: Any, greedy: bool = False) -> Any:
-        import asyncio
-
         future = asyncio.get_running_loop().create_future()
         self._pending.append((data, greedy, future))
         if self._batcher is None or self._batcher.done():
@@ -407,8 +399,6 @@ class GenerationWorker:
         return await future
 
     async def _sample_pending(self) -> None:
-        import asyncio
-
         while self._pending:
             await asyncio.sleep(0.005)  # let requests sent together arrive together
             requests, self._pending = self._pending, []
@@ -418,7 +408,7 @@ class GenerationWorker:
                     continue
                 try:
                     merged = _concatenate_prompts([data for data, _, _ in chosen])
-                    async with self._lock():
+                    async with self._model_lock:
                         outputs = await asyncio.to_thread(
                             sample,
                             self.model,
@@ -440,7 +430,7 @@ class GenerationWorker:
                     start += rows
 
     async def load_weights(self, state_dict: dict[str, torch.Tensor]) -> bool:
-        async with self._lock():
+        async with self._model_lock:
             self.model.load_state_dict(state_dict)
             self.refits += 1
         return True
@@ -468,15 +458,13 @@ class SeparateCPUGeneration(GenerationLifecycle):
     """
 
     def __init__(self, policy: CPUPolicy, generation_config: dict[str, Any], seed: int) -> None:
-        import copy
-
         import ray
 
         self.policy: CPUPolicy | None = policy
         self.cfg = generation_config
         actor = ray.remote(num_cpus=0)(GenerationWorker)
-        self.worker = actor.remote(
-            copy.deepcopy(policy.model),
+        self.worker = actor.remote(  # Ray pickles the arguments: the actor gets its own copy
+            policy.model,
             policy.tokenizer,
             generation_config,
             policy.temperature,
@@ -502,10 +490,8 @@ class SeparateCPUGeneration(GenerationLifecycle):
             raise RuntimeError(
                 "a refit must be started from the driver's generation object (it holds the policy)"
             )
-        weights = {
-            name: value.detach().clone() for name, value in self.policy.model.state_dict().items()
-        }
-        return [self.worker.load_weights.remote(weights)]
+        # serialised when the call is submitted, so later optimizer steps do not reach it
+        return [self.worker.load_weights.remote(self.policy.model.state_dict())]
 
     def update_weights_from_collective(self, *args: Any, **kwargs: Any) -> list:
         return self._send_weights()
