@@ -380,11 +380,19 @@ def _training_prompts(config: dict[str, Any]) -> tuple[int, str] | None:
     return None
 
 
+def async_batches_needed(max_num_steps: int) -> int:
+    """Dataloader batches NeMo-RL's async trainer needs for ``max_num_steps`` steps.
+
+    It reads the training dataloader once (``grpo.max_num_epochs`` does not apply), and its
+    trajectory collector needs one batch beyond the last step: when the dataloader ends it
+    stops and drops the generation in flight. Short of that, v0.7.0 waits forever for the last
+    step's trajectories and main stops with an error.
+    """
+    return max_num_steps + 1
+
+
 def _validate_async_data(config: dict[str, Any], prompts: int) -> None:
-    """NeMo-RL's async trainer reads the training dataloader once (``grpo.max_num_epochs``
-    does not apply), and its trajectory collector needs one batch beyond the last step: when
-    the dataloader ends it stops and drops the generation in flight. Short of that, v0.7.0
-    waits forever for the last step's trajectories and main stops with an error."""
+    """Refuse an async run that the training set cannot feed (:func:`async_batches_needed`)."""
     if not _get(config, "grpo.async_grpo.enabled", False):
         return
     if (_get(config, "cpu_backend", {}) or {}).get("enabled"):
@@ -395,7 +403,7 @@ def _validate_async_data(config: dict[str, Any], prompts: int) -> None:
         return
     size, source = known
     batches = size // prompts
-    if max_steps > batches - 1:
+    if async_batches_needed(max_steps) > batches:
         raise MMPOInputError(
             f"grpo.max_num_steps={max_steps} with grpo.async_grpo.enabled=true: NeMo-RL's "
             f"async trainer reads the training set once (grpo.max_num_epochs does not apply) "
@@ -471,7 +479,8 @@ def run_plan(loaded: LoadedConfig) -> str:
         if colocated
         else f"on separate GPUs ({generation_gpus} for generation, {training_gpus} for training)"
     )
-    mode = "asynchronous GRPO" if _get(config, "grpo.async_grpo.enabled", False) else "GRPO"
+    asynchronous = _get(config, "grpo.async_grpo.enabled", False)
+    mode = "asynchronous GRPO" if asynchronous else "GRPO"
     estimator = _get(config, "grpo.adv_estimator", {}) or {}
     lines = [
         f"config loader: {loaded.loader}",
@@ -486,7 +495,6 @@ def run_plan(loaded: LoadedConfig) -> str:
     cpu = _get(config, "cpu_backend", {}) or {}
     if cpu.get("enabled"):
         data_parallel = 1
-        asynchronous = _get(config, "grpo.async_grpo.enabled", False)
         trainer = "async_grpo_train" if asynchronous else "grpo_train"
         generation = (
             "its own copy of the weights in a CPU Ray actor, refit after every optimizer step"

@@ -177,7 +177,7 @@ def _plain(value: Any) -> Any:
 
 
 @contextmanager
-def _collector_on_this_interpreter(executable: str) -> Iterator[None]:
+def collector_on_this_interpreter(executable: str) -> Iterator[None]:
     """Run NeMo-RL's async trajectory collector and replay buffer on the driver's interpreter
     while the block runs.
 
@@ -216,7 +216,9 @@ def epochs_in_one_pass(records: list, grpo_config: dict[str, Any], seed: int) ->
             f"{len(records)} training problems make no batch of grpo.num_prompts_per_step="
             f"{prompts}: lower it or the validation_fraction"
         )
-    needed = -(-(grpo_config["max_num_steps"] + 1) // steps_per_epoch)
+    from nemo_mmpo.nemo_rl.run_config import async_batches_needed
+
+    needed = -(-async_batches_needed(grpo_config["max_num_steps"]) // steps_per_epoch)
     if needed > grpo_config["max_num_epochs"]:
         raise MMPOInputError(
             f"grpo.max_num_steps={grpo_config['max_num_steps']} needs {needed} epochs of "
@@ -343,8 +345,8 @@ def run(raw_config: dict[str, Any]) -> dict[str, Any]:
     )
     try:
         if asynchronous:
-            age = section("grpo")["async_grpo"]["max_trajectory_age_steps"]
-            with _collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM):
+            age = grpo_config["async_grpo"]["max_trajectory_age_steps"]
+            with collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM):
                 grpo.async_grpo_train(*arguments, max_trajectory_age_steps=age)
             if section("checkpointing").get("enabled", True):
                 _check_async_run_finished(checkpointer, grpo_config["max_num_steps"])

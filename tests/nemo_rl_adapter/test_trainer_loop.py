@@ -237,9 +237,7 @@ def test_every_trainer_module_builds_our_estimator_from_the_master_config():
             assert isinstance(module.ClippedPGLossFn(config.loss_fn), MMPOClippedPGLossFn)
 
 
-def test_async_grpo_train_runs_our_estimator_and_loss(
-    ray_cluster, estimator_calls, tmp_path, monkeypatch
-):
+def test_async_grpo_train_runs_our_estimator_and_loss(ray_cluster, estimator_calls, tmp_path):
     """NeMo-RL's asynchronous trainer with the async recipe: collector and replay buffer are
     NeMo-RL's Ray actors; generation streams through the stand-in's ``generate_async``.
 
@@ -251,7 +249,7 @@ def test_async_grpo_train_runs_our_estimator_and_loss(
         [*TINY_RUN, "grpo.async_grpo.max_trajectory_age_steps=1"],
     )
     assert config.loss_fn.use_importance_sampling_correction is True
-    policy, logger, _ = async_trainer(config, tmp_path, monkeypatch)
+    policy, logger, _ = async_trainer(config, tmp_path)
     assert len(estimator_calls) == 2 and len(policy.train_calls) == 2
     for call, estimate in zip(policy.train_calls, estimator_calls, strict=True):
         expected = compute_advantages(
@@ -266,18 +264,15 @@ def test_async_grpo_train_runs_our_estimator_and_loss(
     assert any(name.endswith("mmpo/failure_moment_4") for name in logger.metrics)
 
 
-def async_trainer(config, tmp_path, monkeypatch):
-    """NeMo-RL's ``async_grpo_train`` with its collector and replay buffer on this interpreter.
+def async_trainer(config, tmp_path):
+    """NeMo-RL's ``async_grpo_train`` with its collector and replay buffer on this interpreter,
+    as the tiny CPU driver runs them (NeMo-RL's registry puts those two Ray actors in its vLLM
+    environment, a uv-built venv with vLLM, which cannot exist here)."""
+    from nemo_mmpo.nemo_rl.tiny_cpu import collector_on_this_interpreter
 
-    NeMo-RL runs those two Ray actors in its vLLM environment (a uv-built venv with vLLM, which
-    cannot exist here).
-    """
-    registry = import_nemo_rl("nemo_rl.distributed.ray_actor_environment_registry")
     system = import_nemo_rl("nemo_rl.distributed.virtual_cluster").PY_EXECUTABLES.SYSTEM
-    for actor in ("AsyncTrajectoryCollector", "ReplayBuffer"):
-        name = f"nemo_rl.algorithms.async_utils.{actor}"
-        monkeypatch.setitem(registry.ACTOR_ENVIRONMENT_REGISTRY, name, system)
-    return run_trainer(grpo.async_grpo_train, config, tmp_path, max_trajectory_age_steps=1)
+    with collector_on_this_interpreter(system):
+        return run_trainer(grpo.async_grpo_train, config, tmp_path, max_trajectory_age_steps=1)
 
 
 def dmpo_reference(call, temperature=1 / 15):
@@ -336,7 +331,7 @@ def test_grpo_train_runs_dmpo_with_the_authors_penalty(ray_cluster, tmp_path, ca
     assert "Skipping aggregation for dmpo/" not in capsys.readouterr().out
 
 
-def test_async_grpo_train_runs_dmpo(ray_cluster, tmp_path, monkeypatch):
+def test_async_grpo_train_runs_dmpo(ray_cluster, tmp_path):
     """The asynchronous trainer computes ``prev_logprobs`` with the training policy and calls
     the same hook: the batch terms are the authors' penalty at that policy."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -345,7 +340,7 @@ def test_async_grpo_train_runs_dmpo(ray_cluster, tmp_path, monkeypatch):
         "mmpo_math_qwen3_4b_async.yaml",
         [*TINY_RUN, "grpo.async_grpo.max_trajectory_age_steps=1", "loss_fn.name=dmpo"],
     )
-    policy, logger, _ = async_trainer(config, tmp_path, monkeypatch)
+    policy, logger, _ = async_trainer(config, tmp_path)
     assert len(policy.train_calls) == 2
     for call in policy.train_calls:
         assert isinstance(call["loss_fn"], DMPOLossFn)
