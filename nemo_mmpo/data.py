@@ -231,7 +231,8 @@ def load_benchmark(name: str, path: str | Path | None = None) -> list[dict[str, 
 def prepare_training_data(
     out_dir: str | Path, local_paths: dict[str, str | Path] | None = None
 ) -> dict[str, Path]:
-    """Write ``math_train.jsonl`` and ``math_validation.jsonl`` (the paper's five benchmarks).
+    """Write ``math_train.jsonl``, ``math_validation.jsonl`` (the paper's five benchmarks, for
+    NeMo-RL's validation) and ``validation/<benchmark>.jsonl`` (each, for the evaluation).
 
     Args:
         out_dir: folder for the two files.
@@ -240,12 +241,15 @@ def prepare_training_data(
     local_paths = local_paths or {}
     out_dir = Path(out_dir)
     train = load_benchmark("math_train", local_paths.get("math_train"))
-    validation = [
-        record
-        for name in VALIDATION_BENCHMARKS
-        for record in load_benchmark(name, local_paths.get(name))
-    ]
+    benchmarks = {
+        name: load_benchmark(name, local_paths.get(name)) for name in VALIDATION_BENCHMARKS
+    }
     paths = {"train": out_dir / "math_train.jsonl", "validation": out_dir / "math_validation.jsonl"}
     write_jsonl_atomic(train, paths["train"])
-    write_jsonl_atomic(validation, paths["validation"])
+    write_jsonl_atomic(
+        [record for records in benchmarks.values() for record in records], paths["validation"]
+    )
+    for name, records in benchmarks.items():
+        paths[name] = out_dir / "validation" / f"{name}.jsonl"
+        write_jsonl_atomic(records, paths[name])
     return paths

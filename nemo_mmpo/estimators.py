@@ -58,10 +58,15 @@ def estimator_objective_kind(name: str) -> str:
 
 @dataclass(frozen=True)
 class EstimatorOption:
-    """One keyword option of a registered estimator: its default and its annotated types."""
+    """One keyword option of a registered estimator: its default and its annotation."""
 
     default: Any
-    types: tuple[type, ...]  # e.g. (int, NoneType) for ``int | None``
+    annotation: Any  # e.g. ``int | None``
+
+    @property
+    def types(self) -> tuple[type, ...]:
+        """The annotation's types, e.g. ``(int, NoneType)`` for ``int | None``."""
+        return typing.get_args(self.annotation) or (self.annotation,)
 
 
 def estimator_options(name: str) -> dict[str, EstimatorOption]:
@@ -70,9 +75,7 @@ def estimator_options(name: str) -> dict[str, EstimatorOption]:
     hints = typing.get_type_hints(function)
     parameters = list(inspect.signature(function).parameters.values())[2:]
     return {
-        parameter.name: EstimatorOption(
-            parameter.default, typing.get_args(hints[parameter.name]) or (hints[parameter.name],)
-        )
+        parameter.name: EstimatorOption(parameter.default, hints[parameter.name])
         for parameter in parameters
         if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
     }

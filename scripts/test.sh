@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (if missing), run lint + the whole CPU test suite, then the
-# NeMo-RL suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main).
+# NeMo-RL suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main), then the
+# Slurm suite (scripts/test_slurm.sh: slurm/submit_mmpo.sh to a real one-machine Slurm; as root,
+# otherwise it says why and skips).
 # Usage: bash scripts/test.sh [extra pytest args]
 # TORCH_SPEC picks the torch build (default torch==2.13.0, the version CI tests; on CI's machines
 # pip finds it as a local CPU-only wheel). Elsewhere, for a small CPU build:
@@ -16,9 +18,21 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. an --index-url
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
-"$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf]"
+"$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf,launch]"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
-"$VENV/bin/python" -m pytest "$@"
+# The launcher reads NeMo-RL's base configs (and its config loader) from a checkout, as on a
+# login node where nemo_rl does not import: the v0.7.0 snapshot, unpacked, unless NEMO_RL_PATH
+# names one. Without either, the tests that need it skip and say why.
+# shellcheck source=scripts/nemo_rl_env.sh
+source scripts/nemo_rl_env.sh
+if [[ -z "${NEMO_RL_PATH:-}" ]] && nemo_rl_snapshot_refs | grep -qx "v0.7.0"; then
+    checkout="$(nemo_rl_unpack v0.7.0)"
+    NEMO_RL_PATH="$checkout" "$VENV/bin/python" -m pytest "$@"
+else
+    "$VENV/bin/python" -m pytest "$@"
+fi
 # The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings).
 bash scripts/test_nemo_rl.sh
+# slurm/submit_mmpo.sh through NeMo-RL's ray.sub to a real Slurm on this machine.
+bash scripts/test_slurm.sh

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# The NeMo-RL suite: our adapter tests (tests/nemo_rl_adapter) and NeMo-RL's own unit tests of
-# its algorithms (with and without nemo-mmpo's install()), on Python 3.13, against the real
-# NeMo-RL source: each snapshot in ../shared/nemo-rl, or the checkout NEMO_RL_PATH names.
+# The NeMo-RL suite: our tests marked nemo_rl (the adapter, the CPU rig, the launcher's parity
+# with NeMo-RL's loader) and NeMo-RL's own unit tests of its algorithms (with and without
+# nemo-mmpo's install()), on Python 3.13, against the real NeMo-RL source: each snapshot in
+# ../shared/nemo-rl, or the checkout NEMO_RL_PATH names.
 # Prints one line per NeMo-RL ref: "nemo-rl <ref>: <pytest summary>".
 #
-# Settings (environment):
-#   NEMO_RL_PYTHON     a Python 3.13 interpreter (default: python3.13 on PATH, then pyenv's)
+# Settings (environment; and those of scripts/nemo_rl_env.sh):
 #   NEMO_RL_PATH       test against this NeMo-RL checkout only (default: the snapshots)
-#   NEMO_RL_SNAPSHOTS  folder of nemo-rl-<ref>.tar.gz (default: ../shared/nemo-rl)
-#   NEMO_RL_VENV       the environment to build or reuse (default: .venv-nemo-rl)
+#   NEMO_MMPO_PYTEST_ARGS  extra pytest arguments for our tests (e.g. "-k tiny")
 #   NEMO_RL_UPSTREAM=0 skip NeMo-RL's own unit tests; =all include test_async_utils.py
 #                      (~8 minutes a run on 2 cores instead of ~1)
 #   NEMO_RL_RECORD=1   re-record NeMo-RL's outcomes without install() for each snapshot
@@ -18,10 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-VENV="${NEMO_RL_VENV:-.venv-nemo-rl}"
-SNAPSHOTS="${NEMO_RL_SNAPSHOTS:-$ROOT/../shared/nemo-rl}"
+# shellcheck source=scripts/nemo_rl_env.sh
+source scripts/nemo_rl_env.sh
+VENV="$NEMO_RL_VENV"
 UNPACKED=".nemo-rl"
-REQUIREMENTS="scripts/nemo_rl_requirements.txt"
 IN_CI="${CI:-false}"
 
 fail_or_skip() {  # a missing prerequisite: a failure in CI, a message elsewhere
@@ -37,64 +36,22 @@ refs=()
 if [[ -n "${NEMO_RL_PATH:-}" ]]; then
     [[ -d "$NEMO_RL_PATH/nemo_rl" ]] || { echo "NEMO_RL_PATH=$NEMO_RL_PATH has no nemo_rl/ folder" >&2; exit 2; }
     refs=("checkout")
-elif compgen -G "$SNAPSHOTS/nemo-rl-*.tar.gz" >/dev/null; then
-    for archive in "$SNAPSHOTS"/nemo-rl-*.tar.gz; do
-        ref="$(basename "$archive" .tar.gz)"
-        refs+=("${ref#nemo-rl-}")
-    done
 else
-    echo "nemo-rl suite: skipped: no NeMo-RL snapshots in $SNAPSHOTS and NEMO_RL_PATH is unset"
-    exit 0
-fi
-
-python=""
-for candidate in "${NEMO_RL_PYTHON:-}" python3.13 "$HOME"/.pyenv/versions/3.13*/bin/python3.13 /usr/local/bin/python3.13 /usr/bin/python3.13; do
-    [[ -n "$candidate" ]] || continue
-    if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' 2>/dev/null; then
-        python="$candidate"
-        break
+    mapfile -t refs < <(nemo_rl_snapshot_refs)
+    if [[ ${#refs[@]} -eq 0 ]]; then
+        echo "nemo-rl suite: skipped: no NeMo-RL snapshots in $NEMO_RL_SNAPSHOTS and NEMO_RL_PATH is unset"
+        exit 0
     fi
-done
-[[ -n "$python" ]] || fail_or_skip "no Python 3.13 found (NeMo-RL's Python); set NEMO_RL_PYTHON=/path/to/python3.13"
+fi
 
-quiet_pip() {  # pip's own errors stay; this machine's notes about absent local indexes go
-    "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location '" || true; }
-}
-interpreter="$("$python" -VV | tr -d '\n')"
-if [[ ! -x "$VENV/bin/python" || "$(cat "$VENV/.nemo-mmpo-python" 2>/dev/null)" != "$interpreter" ]]; then
-    echo "nemo-rl suite: creating $VENV with $("$python" -V)"
-    rm -rf "$VENV"
-    "$python" -m venv "$VENV"
-    quiet_pip install -q --upgrade pip
-    echo "$interpreter" > "$VENV/.nemo-mmpo-python"
-fi
-requirements_hash="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
-if [[ "$(cat "$VENV/.nemo-mmpo-requirements" 2>/dev/null)" != "$requirements_hash" ]]; then
-    echo "nemo-rl suite: installing torch and NeMo-RL's pure-Python dependencies ($REQUIREMENTS)"
-    quiet_pip install -q -r "$REQUIREMENTS"
-    echo "$requirements_hash" > "$VENV/.nemo-mmpo-requirements"
-fi
+python="$(nemo_rl_python)"
+[[ -n "$python" ]] || fail_or_skip "no Python 3.13 found (NeMo-RL's Python); set NEMO_RL_PYTHON=/path/to/python3.13"
+nemo_rl_environment "$python"
 
 compare_tool() { "$VENV/bin/python" tests/nemo_rl_upstream/compare_outcomes.py "$@"; }
 declare -A archive_of=()
 
-unpack() {  # unpack snapshot $1 into $UNPACKED/nemo-rl-$1 unless it is there already
-    local archive="$SNAPSHOTS/nemo-rl-$1.tar.gz" target="$UNPACKED/nemo-rl-$1"
-    local archive_stamp
-    archive_stamp="$(stat -c '%s %Y' "$archive")"
-    if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
-        rm -rf "$target"
-        mkdir -p "$UNPACKED"
-        tar -xzf "$archive" -C "$UNPACKED"
-        # NeMo-RL's tests/unit/__init__.py loads a remote-GPU-selection plugin that the
-        # snapshots leave out; an empty module stands in for it (it selects nothing on CPU).
-        mkdir -p "$target/tests/unit/_plugins"
-        touch "$target/tests/unit/_plugins/__init__.py" "$target/tests/unit/_plugins/remote_select.py"
-        echo "$archive_stamp" > "$target/.nemo-mmpo-stamp"
-    fi
-    echo "$ROOT/$target"
-}
-
+read -r -a extra_pytest <<< "${NEMO_MMPO_PYTEST_ARGS:-}"  # e.g. "-k tiny" for a local run
 require=0
 [[ "$IN_CI" == "true" ]] && require=1
 status=0
@@ -105,14 +62,19 @@ for ref in "${refs[@]}"; do
         nemo_rl="$(cd "$NEMO_RL_PATH" && pwd)"
         ref="$(git -C "$nemo_rl" describe --tags --always 2>/dev/null || basename "$nemo_rl")"
     else
-        nemo_rl="$(unpack "$ref")"
-        archive_of[$ref]="$SNAPSHOTS/nemo-rl-$ref.tar.gz"
+        nemo_rl="$(nemo_rl_unpack "$ref")"
+        archive_of[$ref]="$NEMO_RL_SNAPSHOTS/nemo-rl-$ref.tar.gz"
     fi
     log="$logs/adapter-$ref.log"
     set +e
+    # every test marked nemo_rl (the adapter, the CPU rig, the launcher's parity with NeMo-RL);
+    # the long end-to-end runs marked one_snapshot on the tested release (or a checkout) only
+    selection="nemo_rl"
+    [[ "$ref" == "v0.7.0" || -n "${NEMO_RL_PATH:-}" ]] || selection="nemo_rl and not one_snapshot"
     NEMO_RL_PATH="$nemo_rl" PYTHONPATH="$nemo_rl:$ROOT" NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
-        "$VENV/bin/python" -m pytest tests/nemo_rl_adapter -q -p no:cacheprovider \
-        -W ignore::DeprecationWarning -W ignore::UserWarning >"$log" 2>&1
+        "$VENV/bin/python" -m pytest tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
+        -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
+        "${extra_pytest[@]}" >"$log" 2>&1
     code=$?
     set -e
     summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped)' "$log" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')"
@@ -152,7 +114,7 @@ for ref in "${refs[@]}"; do
             [[ $mode == with ]] && plugin=(-p nemo_mmpo_installed)
             set +e
             (cd "$nemo_rl" && PYTHONPATH="$nemo_rl:$ROOT:$ROOT/tests/nemo_rl_upstream" \
-                "$ROOT/$VENV/bin/python" -m pytest tests/unit/algorithms -q -p no:cacheprovider \
+                "$VENV/bin/python" -m pytest tests/unit/algorithms -q -p no:cacheprovider \
                 --maxfail=1000000 -W ignore "${plugin[@]}" "${deselect[@]}" --junitxml="$ROOT/$logs/unit-$ref-$mode.xml" \
                 >"$ROOT/$logs/unit-$ref-$mode.log" 2>&1)
             set -e

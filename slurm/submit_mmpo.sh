@@ -4,6 +4,19 @@
 # call this with their defaults.
 # Usage:  NUM_NODES=2 CONFIG=examples/configs/X.yaml bash slurm/submit_mmpo.sh [overrides]
 # The recipe's cluster.num_nodes / cluster.gpus_per_node are set from NUM_NODES / GPUS_PER_NODE.
+# ray.sub's own settings (BASE_LOG_DIR, PORT, CPUS_PER_WORKER, OMP_NUM_THREADS, ...) pass through
+# the environment: sbatch hands the job this script's environment.
+#
+# Without a container (NeMo-RL's Python environment on a shared filesystem instead of its image):
+# PYTHON_LAUNCHER is that environment's python; JOB_ENV puts its `ray` on the job's PATH (ray.sub
+# calls it), NeMo-RL on PYTHONPATH and NEMO_RL_PY_EXECUTABLES_SYSTEM=1 (Ray's workers use that
+# python instead of uv-built environments): ray.sub, Ray and its workers inherit the job's
+# environment. srun must still accept pyxis's --container-* options, which ray.sub always passes.
+#   NEMO_RL_DIR=/shared/RL NEMO_RL_HOST_DIR=/shared/RL PYTHON=/shared/venv/bin/python \
+#   PYTHON_LAUNCHER=/shared/venv/bin/python \
+#   JOB_ENV="PATH=/shared/venv/bin:$PATH PYTHONPATH=/shared/RL NEMO_RL_PY_EXECUTABLES_SYSTEM=1" \
+#   bash slurm/submit_mmpo.sh
+# (scripts/test_slurm.sh submits the tiny CPU recipe this way to a real one-machine Slurm.)
 set -euo pipefail
 
 # ---------------------------------------------------------------- edit these -----------
@@ -21,6 +34,8 @@ JOB_NAME="${JOB_NAME:-mmpo-$(basename "$CONFIG" .yaml)-${NUM_NODES}n}"
 SBATCH="${SBATCH:-sbatch}"                            # the submit command (tests use a stand-in)
 EXTRA_MOUNTS="${EXTRA_MOUNTS:-}"                      # e.g. "/lustre/hf_cache:/root/.cache/huggingface"
 PYTHON="${PYTHON:-python3}"                           # login-node Python for the dry-run check
+PYTHON_LAUNCHER="${PYTHON_LAUNCHER:-uv run --project $NEMO_RL_DIR python}"  # starts the job's Python
+JOB_ENV="${JOB_ENV:-}"                                # NAME=VALUE ... for the job (no spaces in values)
 # ----------------------------------------------------------------------------------------
 
 RAY_SUB="${RAY_SUB:-${NEMO_RL_HOST_DIR:-}/ray.sub}"
@@ -32,15 +47,26 @@ MOUNTS="$MMPO_DIR:$MMPO_DIR${EXTRA_MOUNTS:+,$EXTRA_MOUNTS}"
 OVERRIDES=("cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" "$@")
 
 cd "$MMPO_DIR"  # ray.sub runs COMMAND from the submit directory and writes its logs here
-# Validate the recipe and overrides before anything is queued (a typo fails here, not on GPUs).
-if ! NEMO_RL_PATH="${NEMO_RL_HOST_DIR}" "$PYTHON" examples/run_mmpo_math.py \
-        --config "$CONFIG" --dry-run "${OVERRIDES[@]}" >&2; then
+# Check the recipe and overrides before anything is queued (a typo fails here, not on GPUs),
+# with NeMo-RL's own config loader read from the login node's checkout.
+set +e
+NEMO_RL_PATH="${NEMO_RL_HOST_DIR}" "$PYTHON" examples/run_mmpo_math.py \
+    --config "$CONFIG" --dry-run "${OVERRIDES[@]}" >&2
+status=$?
+set -e
+if [[ $status -eq 3 ]]; then
+    echo "Not submitted: $PYTHON cannot run the check (see above); set PYTHON to a Python with nemo-mmpo's launch extra" >&2
+    exit 3
+elif [[ $status -ne 0 ]]; then
     echo "Not submitted: the configuration above is invalid (fix it, then submit again)" >&2
     exit 2
 fi
 # COMMAND is run by a shell inside the container: quote each override (values may hold spaces).
 QUOTED_OVERRIDES="$(printf '%q ' "${OVERRIDES[@]}")"
-COMMAND="cd $(printf '%q' "$MMPO_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR uv run --project $NEMO_RL_DIR python examples/run_mmpo_math.py --config $(printf '%q' "$CONFIG") ${QUOTED_OVERRIDES% }" \
+# env adds JOB_ENV's assignments, then ray.sub's inputs, to the environment sbatch hands the job.
+read -r -a job_environment <<< "$JOB_ENV"
+env "${job_environment[@]}" \
+COMMAND="cd $(printf '%q' "$MMPO_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR $PYTHON_LAUNCHER examples/run_mmpo_math.py --config $(printf '%q' "$CONFIG") ${QUOTED_OVERRIDES% }" \
 CONTAINER="$CONTAINER" \
 MOUNTS="$MOUNTS" \
 GPUS_PER_NODE="$GPUS_PER_NODE" \

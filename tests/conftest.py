@@ -1,10 +1,27 @@
-"""Shared test helpers."""
+"""Shared test helpers and fixtures.
+
+This folder is on ``sys.path`` for every test (pytest puts a root ``conftest.py``'s folder
+there), so the helpers beside it (``nemo_rl_support``, ``trainer_standins``) import by name.
+"""
 
 from __future__ import annotations
 
 import itertools
+import os
+import sys
+from pathlib import Path
 
+import pytest
 import torch
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+# A NeMo-RL snapshot unpacked by the test scripts is the checkout the launcher tests read
+# NeMo-RL's base configs (and its config loader) from, unless NEMO_RL_PATH names another.
+_SNAPSHOT = ROOT / ".nemo-rl" / "nemo-rl-v0.7.0"
+if not os.environ.get("NEMO_RL_PATH") and (_SNAPSHOT / "nemo_rl").is_dir():
+    os.environ["NEMO_RL_PATH"] = str(_SNAPSHOT)
 
 
 def all_reward_patterns(group_size: int) -> torch.Tensor:
@@ -18,3 +35,39 @@ def pattern_probabilities(patterns: torch.Tensor, success_probability: float) ->
     successes = patterns.sum(dim=1)
     failures = patterns.shape[1] - successes
     return success_probability**successes * (1.0 - success_probability) ** failures
+
+
+@pytest.fixture(scope="session")
+def tiny_warm_starts(tmp_path_factory):
+    """One warm-start cache for the session's tiny runs: the first run of a seed trains it
+    (about a minute on 2 cores), the others read it."""
+    return tmp_path_factory.mktemp("tiny_warm_starts")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster for one test module (2 CPUs, no dashboard)."""
+    import ray
+
+    # Ray actors (NeMo-RL's async trajectory collector) unpickle the stand-ins; NeMo-RL hands
+    # them the driver's environment, so this folder goes on the driver's PYTHONPATH.
+    previous = {key: os.environ.get(key) for key in ("PYTHONPATH", "RAY_ADDRESS")}
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(TESTS.parent), *sys.path])
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+        runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}},
+    )
+    # NeMo-RL main's memory tracker finds Ray by address="auto": point it at this cluster even
+    # if another Ray instance runs on the machine.
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    yield
+    ray.shutdown()
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -91,3 +91,18 @@ def test_a_batch_with_every_rollout_masked_reports_nan_instead_of_failing():
     )
     assert stats["num_groups"] == 0
     assert math.isnan(stats["failure_moment_2"]) and math.isnan(stats["weight_max"])
+
+
+def test_a_valid_mask_is_the_same_as_leaving_the_masked_rollouts_out():
+    """Every statistic (success rate included) with ``valid_mask`` equals the statistic of the
+    valid rollouts alone: a masked rollout is not a failure."""
+    generator = torch.Generator().manual_seed(11)
+    group_ids = torch.arange(6).repeat_interleave(5)
+    rewards = (torch.rand(30, generator=generator) < 0.5).float()
+    valid = torch.rand(30, generator=generator) < 0.6
+    valid[group_ids == 2] = False  # a group with no valid rollout is not counted
+    masked = moment_diagnostics(rewards, group_ids, 3, valid)
+    assert masked == moment_diagnostics(rewards[valid], group_ids[valid], 3)
+    assert masked["success_rate"] == pytest.approx(float(rewards[valid].mean()))
+    assert masked["num_groups"] == 5
+    assert masked["success_rate"] != pytest.approx(float((rewards * valid).mean()))

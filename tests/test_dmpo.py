@@ -16,7 +16,7 @@ import torch
 
 from nemo_mmpo import MMPOInputError, compute_advantages
 from nemo_mmpo.dmpo import distribution_matching_penalty, linearized_penalty
-from nemo_mmpo.nemo_rl.dmpo import (
+from nemo_mmpo.nemo_rl.dmpo_batch_terms import (
     GRADIENT_KEY,
     DMPOSettings,
     attach_penalty_terms,
@@ -237,7 +237,9 @@ def batch_with_terms(seed=0, temperature=1 / 15, filter_zero_signal=True):
         "prev_logprobs": prev_logprobs,
     }
     data["sample_mask"][1] = 0.0  # a filtered sample takes no part
-    settings = DMPOSettings(2.0, temperature, filter_zero_signal)
+    settings = DMPOSettings(
+        dmpo_weight=2.0, dmpo_temperature=temperature, dmpo_filter_zero_signal=filter_zero_signal
+    )
     metrics = attach_penalty_terms(data, settings)
     return data, groups, metrics
 
@@ -293,8 +295,8 @@ def test_missing_batch_terms_name_the_trainer_fix():
 @pytest.mark.parametrize(
     ("config", "fragment"),
     [
-        ({"dmpo_weight": -1}, "loss_fn.dmpo_weight=-1 is not valid: give a number >= 0"),
-        ({"dmpo_temperature": 0}, "loss_fn.dmpo_temperature=0 is not valid: give a number > 0"),
+        ({"dmpo_weight": -1}, "loss_fn.dmpo_weight=-1: give a value >= 0"),
+        ({"dmpo_temperature": 0}, "loss_fn.dmpo_temperature=0: give a value > 0"),
         ({"dmpo_temperature": "1/15"}, "loss_fn.dmpo_temperature='1/15'"),
         ({"dmpo_weight": float("nan")}, "loss_fn.dmpo_weight=nan"),
         ({"dmpo_filter_zero_signal": "yes"}, "loss_fn.dmpo_filter_zero_signal='yes'"),
@@ -307,7 +309,9 @@ def test_bad_dmpo_settings_are_named(config, fragment):
 
 
 def test_dmpo_settings_default_to_the_paper_and_report_deviations():
-    assert read_dmpo_settings({"name": "dmpo"}) == DMPOSettings(2.0, 1 / 15, True)
+    assert read_dmpo_settings({"name": "dmpo"}) == DMPOSettings(
+        dmpo_weight=2.0, dmpo_temperature=1 / 15, dmpo_filter_zero_signal=True
+    )
     assert read_dmpo_settings({"dmpo_temperature": 0.06666666666666667}).deviations() == []
     assert read_dmpo_settings(
         {"dmpo_weight": 1, "dmpo_filter_zero_signal": False}

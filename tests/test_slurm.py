@@ -1,4 +1,8 @@
-"""The Slurm templates hand the right command, container and mounts to NeMo-RL's ray.sub."""
+"""The Slurm templates hand the right command, container and mounts to NeMo-RL's ray.sub.
+
+A stand-in ``sbatch`` records what it is given; the check before submission runs for real, with
+NeMo-RL's config loader read from the checkout ``NEMO_RL_HOST_DIR`` names (the login node's).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from nemo_rl_support import nemo_rl_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SBATCH = """#!/usr/bin/env bash
 { echo "ARGS=$*"; echo "COMMAND=$COMMAND"; echo "CONTAINER=$CONTAINER"; echo "MOUNTS=$MOUNTS"; \
-  echo "PWD=$PWD"; } > "$SBATCH_RECORD"
+  echo "PWD=$PWD"; echo "JOB_PATH=$PATH"; echo "JOB_MARKER=${MMPO_TEST_MARKER:-}"; \
+} > "$SBATCH_RECORD"
 """
 
 
@@ -26,7 +32,7 @@ def submit(script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: s
         **os.environ,
         "SBATCH": str(fake),
         "SBATCH_RECORD": str(record),
-        "NEMO_RL_HOST_DIR": "/home/me/RL",
+        "NEMO_RL_HOST_DIR": str(nemo_rl_checkout()),
         "ACCOUNT": "acct",
         "PARTITION": "batch",
         "PYTHON": sys.executable,
@@ -44,7 +50,7 @@ def submit(script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: s
 def test_one_node_template(tmp_path):
     recorded = submit("mmpo_1node.sh", tmp_path, {}, "grpo.adv_estimator.truncation_order=3")
     arguments = shlex.split(recorded["ARGS"])
-    assert arguments[-1] == "/home/me/RL/ray.sub"
+    assert arguments[-1] == f"{nemo_rl_checkout()}/ray.sub"
     for expected in ("--nodes=1", "--account=acct", "--partition=batch", "--gres=gpu:2"):
         assert expected in arguments
     command = recorded["COMMAND"]
@@ -55,6 +61,7 @@ def test_one_node_template(tmp_path):
     assert recorded["CONTAINER"] == "nvcr.io/nvidia/nemo-rl:v0.7.0"
     assert recorded["MOUNTS"] == f"{ROOT}:{ROOT}"
     assert recorded["PWD"] == str(ROOT)
+    assert recorded["JOB_MARKER"] == ""  # JOB_ENV is empty by default
 
 
 def test_multinode_template(tmp_path):
@@ -92,6 +99,41 @@ def test_invalid_override_is_refused_before_submission(tmp_path):
     assert "grpo.adv_estimator.name='mmpoo'" in error.value.stderr.decode()
     assert "Not submitted" in error.value.stderr.decode()
     assert not (tmp_path / "record.txt").exists()
+
+
+def test_a_login_python_that_cannot_check_is_not_called_invalid(tmp_path):
+    """A login-node Python without torch and NeMo-RL's config libraries: the check cannot run,
+    and the script says so (status 3), instead of calling a valid recipe invalid."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True
+    )
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        submit("mmpo_1node.sh", tmp_path, {"PYTHON": str(tmp_path / "bare" / "bin" / "python")})
+    message = error.value.stderr.decode()
+    assert error.value.returncode == 3
+    assert "cannot check the plan" in message and "launch extra" in message
+    assert "invalid" not in message
+    assert not (tmp_path / "record.txt").exists()
+
+
+def test_without_a_container_the_job_gets_the_launcher_and_the_environment(tmp_path):
+    """PYTHON_LAUNCHER replaces ``uv run --project``; JOB_ENV's assignments reach the job's
+    environment (which ray.sub, Ray and its workers inherit), PATH included."""
+    path = f"/shared/venv/bin:{os.environ['PATH']}"
+    recorded = submit(
+        "mmpo_1node.sh",
+        tmp_path,
+        {
+            "NEMO_RL_DIR": "/shared/RL",
+            "PYTHON_LAUNCHER": "/shared/venv/bin/python",
+            "JOB_ENV": f"PATH={path} MMPO_TEST_MARKER=1",
+        },
+    )
+    command = recorded["COMMAND"]
+    assert "NEMO_RL_PATH=/shared/RL /shared/venv/bin/python examples/run_mmpo_math.py" in command
+    assert "uv run" not in command
+    assert recorded["JOB_PATH"] == path
+    assert recorded["JOB_MARKER"] == "1"
 
 
 def test_override_values_with_spaces_survive_the_container_shell(tmp_path):

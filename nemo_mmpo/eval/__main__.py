@@ -1,10 +1,13 @@
-"""``python -m nemo_mmpo.eval``: sample and grade, grade one answer, report, demo files.
+"""``nemo-mmpo eval`` (or ``python -m nemo_mmpo.eval``): sample and grade, grade one answer,
+report, evaluate a run's checkpoints as they appear, summarise a run's evaluations, demo files.
 
 python -m nemo_mmpo.eval generate --model ckpt/hf --out runs/mmpo.jsonl   # 16 samples each
 python -m nemo_mmpo.eval generate --backend hf --model tiny/ --out runs/tiny.jsonl
 python -m nemo_mmpo.eval grade --gold 25 --prediction '\\boxed{025}'
 python -m nemo_mmpo.eval report MMPO=runs/mmpo.jsonl GRPO=runs/grpo.jsonl --out report/
 python -m nemo_mmpo.eval synthetic --out runs/demo    # two synthetic runs to try report on
+nemo-mmpo eval watch --config examples/configs/mmpo_math_qwen3_1.7b.yaml --follow  # alongside
+nemo-mmpo eval summary logs/mmpo_qwen3_1.7b/evaluation   # the selected step, the final one, curves
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from nemo_mmpo.data import VALIDATION_BENCHMARKS, load_benchmark
 from nemo_mmpo.errors import MMPOInputError
@@ -113,6 +117,44 @@ def grade(args: argparse.Namespace) -> None:
         print(pool.verify([args.gold], [args.prediction])[0])
 
 
+def watch(args: argparse.Namespace) -> None:
+    import os
+
+    from nemo_mmpo.eval.protocol import read_settings
+    from nemo_mmpo.eval.run_summary import write_summary
+    from nemo_mmpo.eval.watch import watch as watch_checkpoints
+    from nemo_mmpo.launch.checkout import REPO_ROOT, find_nemo_rl_root
+    from nemo_mmpo.launch.loader import load
+
+    config = load(Path(args.config).expanduser().resolve(), args.overrides).config
+    os.chdir(REPO_ROOT)  # the recipe's relative paths (checkpoints, logs, data) start here
+    settings = read_settings(config.get("evaluation"))
+    if not settings.enabled:
+        raise MMPOInputError("evaluation.enabled is false in this recipe: nothing to watch for")
+    every = args.every or config["grpo"].get("val_period") or config["checkpointing"]["save_period"]
+    done = watch_checkpoints(
+        settings,
+        Path(config["checkpointing"]["checkpoint_dir"]),
+        Path(config["logger"]["log_dir"]) / "tensorboard" / "paper_evaluation",
+        every,
+        backend=args.backend,
+        follow=args.follow,
+        last_step=config["grpo"]["max_num_steps"],
+        poll_seconds=args.poll_seconds,
+        idle_seconds=args.idle_seconds,
+        batch_size=args.batch_size,
+        nemo_rl_root=find_nemo_rl_root(),
+    )
+    if done:
+        print(f"wrote {write_summary(settings.output_dir)}")
+
+
+def summary(args: argparse.Namespace) -> None:
+    from nemo_mmpo.eval.run_summary import write_summary
+
+    print(f"wrote {write_summary(args.folder)}")
+
+
 def synthetic(args: argparse.Namespace) -> None:
     from nemo_mmpo.eval.synthetic import write_synthetic_runs
 
@@ -133,9 +175,9 @@ def _grading_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m nemo_mmpo.eval",
+        prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -184,20 +226,45 @@ def main(argv: list[str] | None = None) -> int:
     grade_parser.add_argument("--prediction", required=True)
     _grading_flags(grade_parser)
     grade_parser.set_defaults(function=grade)
+    watch_parser = commands.add_parser(
+        "watch",
+        help="evaluate a run's checkpoints as they appear (the recipe's evaluation section)",
+    )
+    watch_parser.add_argument("--config", required=True, help="the training recipe")
+    watch_parser.add_argument("--backend", choices=("vllm", "hf"), default="vllm")
+    watch_parser.add_argument(
+        "--every", type=int, default=None, help="steps between evaluations (grpo.val_period)"
+    )
+    watch_parser.add_argument(
+        "--follow", action="store_true", help="keep watching until the last step is evaluated"
+    )
+    watch_parser.add_argument("--poll-seconds", type=float, default=30.0)
+    watch_parser.add_argument(
+        "--idle-seconds", type=float, default=None, help="with --follow: stop after this long idle"
+    )
+    watch_parser.add_argument("--batch-size", type=int, default=64, help="hf: rows per generate")
+    watch_parser.set_defaults(function=watch)
+    summary_parser = commands.add_parser(
+        "summary", help="a run's evaluations: the selected step, the final one, curves"
+    )
+    summary_parser.add_argument("folder", help="evaluation.output_dir of the run")
+    summary_parser.set_defaults(function=summary)
     synthetic_parser = commands.add_parser(
         "synthetic", help="write two synthetic rollout files (mmpo, grpo) to try report on"
     )
     synthetic_parser.add_argument("--out", default="runs/synthetic", help="output directory")
     synthetic_parser.add_argument("--scale", type=float, default=1.0, help="fraction of problems")
     synthetic_parser.set_defaults(function=synthetic)
-    args = parser.parse_args(argv)
-    try:
-        args.function(args)
-    except MMPOInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "watch":
+        args.overrides = extra  # the recipe's Hydra overrides
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.function(args)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nemo_mmpo.cli import handle
+
+    sys.exit(handle(main, None, "python -m nemo_mmpo.eval"))

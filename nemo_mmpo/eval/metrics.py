@@ -11,6 +11,11 @@ import numpy as np
 
 from nemo_mmpo.errors import MMPOInputError
 
+#: The pass@k of the paper's tables, and of every report here.
+TABLE_PASS_AT = (1, 4, 8, 16)
+#: The pass@k recorded at each evaluation step of a run.
+STEP_PASS_AT = (1, 2, 4, 8, 16)
+
 
 def _counts(samples: Sequence[int] | np.ndarray, correct: Sequence[int] | np.ndarray):
     samples = np.asarray(samples, dtype=np.int64)

@@ -19,12 +19,16 @@ from typing import Any
 import numpy as np
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.eval.metrics import first_success_distribution, gini_by_method, pass_at_k
+from nemo_mmpo.eval.metrics import (
+    TABLE_PASS_AT,
+    first_success_distribution,
+    gini_by_method,
+    pass_at_k,
+)
 from nemo_mmpo.eval.rollouts import ProblemCounts, load_run
 from nemo_mmpo.io import pyplot, save_figure_atomic, write_text_atomic
 
 PAPER_COLUMNS = (("math500", 1), ("olymmath", 1), ("amc23", 16), ("aime24", 16), ("aime25", 16))
-PASS_AT = (1, 4, 8, 16)
 ALPHAS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 LORENZ_ALPHA = 0.1
 
@@ -171,8 +175,8 @@ def pass_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = 
     values go into ``numbers[run][benchmark]["pass@k"]`` (None where blank)."""
     numbers = {} if numbers is None else numbers
     lines = [
-        "| method | benchmark | " + " | ".join(f"pass@{k}" for k in PASS_AT) + " |",
-        "|---" * (len(PASS_AT) + 2) + "|",
+        "| method | benchmark | " + " | ".join(f"pass@{k}" for k in TABLE_PASS_AT) + " |",
+        "|---" * (len(TABLE_PASS_AT) + 2) + "|",
     ]
     for name, counts in runs.items():
         numbers[name] = {}
@@ -180,7 +184,7 @@ def pass_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = 
             subset = counts if benchmark == "all" else counts.benchmark(benchmark)
             cells = []
             numbers[name][benchmark] = {}
-            for k in PASS_AT:
+            for k in TABLE_PASS_AT:
                 if subset.samples.min() >= k:
                     value = float(pass_at_k(subset.samples, subset.correct, k).mean())
                     cells.append(f"{100 * value:.1f}")
@@ -327,7 +331,7 @@ def _pass_curve_section(runs, success, out: Path, numbers: dict[str, Any]) -> st
     for name in runs:  # the values the pass@k table computed (over all problems)
         points = [
             (k, 100 * value)
-            for k in PASS_AT
+            for k in TABLE_PASS_AT
             if (value := numbers["pass_at_k"][name]["all"][f"pass@{k}"]) is not None
         ]
         if points:
@@ -337,7 +341,7 @@ def _pass_curve_section(runs, success, out: Path, numbers: dict[str, Any]) -> st
     return "![pass@k](pass_at_k.png)"
 
 
-SECTIONS = (
+REPORT_SECTIONS = (
     _inputs_section,
     _tables_section,
     _gini_section,
@@ -357,7 +361,7 @@ def write_report(runs: dict[str, ProblemCounts], out: str | Path, progress: bool
     success = common_success(runs)
     numbers: dict[str, Any] = {"runs": list(runs)}
     sections = [f"# Evaluation report\n\nRuns: {', '.join(runs)}.\n"]
-    for section in _progress(SECTIONS, "writing report", progress):
+    for section in _progress(REPORT_SECTIONS, "writing report", progress):
         sections.append(section(runs, success, out, numbers))
     write_text_atomic(out / "summary.json", json.dumps(numbers, indent=2) + "\n")
     summary = out / "summary.md"

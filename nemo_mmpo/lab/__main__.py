@@ -16,7 +16,7 @@ from pathlib import Path
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
 from nemo_mmpo.lab.experiments import gradient_study, paper_comparison, train_side_by_side
-from nemo_mmpo.lab.report import (
+from nemo_mmpo.lab.plots import (
     gradient_table,
     plot_gradient_study,
     plot_training,
@@ -117,8 +117,8 @@ def gradients(args: argparse.Namespace) -> None:
     print(summary)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nemo_mmpo.lab", description=__doc__)
+def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.lab") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, function in (("compare", compare), ("gradients", gradients)):
         command = commands.add_parser(name)
@@ -141,14 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     gradient_parser.add_argument("--orders", default="1,2,4,8")
     gradient_parser.add_argument("--draws", type=int, default=400)
     args = parser.parse_args(argv)
-    try:
-        check_arguments(args)
-        args.function(args)
-    except MMPOInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    check_arguments(args)
+    args.function(args)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nemo_mmpo.cli import handle
+
+    sys.exit(handle(main, None, "python -m nemo_mmpo.lab"))

@@ -8,11 +8,9 @@ from typing import Any
 
 import torch
 
-from nemo_mmpo.eval.metrics import gini
+from nemo_mmpo.eval.metrics import TABLE_PASS_AT, gini
 from nemo_mmpo.lab.simulator import Simulator, SimulatorConfig
 from nemo_mmpo.objectives import MomentObjective, moment_objective
-
-PASS_AT = (1, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ def population_metrics(simulator: Simulator, num_moments: int = 4) -> dict[str, 
     moments = [float((failure**k).mean()) for k in range(1, num_moments + 1)]
     for k, value in enumerate(moments, start=1):
         row[f"failure_moment_{k}"] = value
-    for k in PASS_AT:
+    for k in TABLE_PASS_AT:
         row[f"pass@{k}"] = float(1.0 - (failure**k).mean())
     row["truncated_first_success_time"] = 1.0 + sum(moments)
     return row

@@ -1,22 +1,29 @@
-"""NeMo-RL integration: advantage estimator, loss and the install hook.
+"""The NeMo-RL adapter: what ships inside a GPU run (estimator, losses, DMPO terms, hooks).
 
 Nothing here imports ``nemo_rl`` at import time; :func:`install` and :mod:`.loss` do, lazily,
-so ``import nemo_mmpo.nemo_rl`` works on a machine without NeMo-RL. The hooks live in
-:mod:`nemo_mmpo.nemo_rl.hooks` (``install`` here is the function).
+so ``import nemo_mmpo.nemo_rl`` works on a machine without NeMo-RL.
+
+- :mod:`.advantage_estimator`: :class:`MMPOAdvantageEstimator`;
+- :mod:`.estimator_settings`: ``grpo.adv_estimator``, typed; the names we answer to;
+- :mod:`.loss`: ``loss_fn.name`` ``mmpo`` and ``dmpo``;
+- :mod:`.dmpo_batch_terms`: DMPO's per-batch penalty terms;
+- :mod:`.hooks`: :func:`install`;
+- :mod:`.sections`: the one accessor for NeMo-RL's config sections (mappings or models);
+- :mod:`.names`, :mod:`.paper_settings`: names and the paper's loss settings.
 """
 
-from nemo_mmpo.nemo_rl.estimator import (
-    NEMO_RL_BUILTIN_ESTIMATORS,
+from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
+from nemo_mmpo.nemo_rl.estimator_settings import (
     EstimatorSettings,
-    MMPOAdvantageEstimator,
     estimator_names,
     is_our_estimator,
     read_estimator_settings,
 )
 from nemo_mmpo.nemo_rl.hooks import install, is_installed
+from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATORS
 
 __all__ = [
-    "NEMO_RL_BUILTIN_ESTIMATORS",
+    "NEMO_RL_ESTIMATORS",
     "EstimatorSettings",
     "MMPOAdvantageEstimator",
     "estimator_names",

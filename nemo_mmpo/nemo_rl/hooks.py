@@ -10,27 +10,35 @@ wraps the name in each of those modules (:data:`HOOKED_MODULES`):
   ``grpo.adv_estimator.name`` is one of ours, NeMo-RL's own otherwise;
 - ``ClippedPGLossFn``: our loss when ``loss_fn.name`` is ``mmpo`` or ``dmpo``, NeMo-RL's
   otherwise;
-- ``_log_mixed_rewards_and_advantages_information``: also adds our estimator's
-  ``last_metrics`` to the step metrics (the synchronous trainers ignore ``last_metrics``);
+- ``_log_mixed_rewards_and_advantages_information``: also adds the step metrics our estimator
+  attached to the advantages it returned (the synchronous trainers ignore ``last_metrics``);
 - ``_apply_configured_message_level_advantage_penalties`` (called by ``grpo_train`` and
   ``async_grpo_train`` with the training batch, after advantages and ``prev_logprobs``): with
   ``loss_fn.name: dmpo``, also adds DMPO's per-response penalty terms to the batch and the
-  ``dmpo/`` metrics to the step (:mod:`nemo_mmpo.nemo_rl.dmpo`).
+  ``dmpo/`` metrics to the step (:mod:`nemo_mmpo.nemo_rl.dmpo_batch_terms`);
+- ``validate``: with ``evaluation.enabled`` and ``evaluation.in_loop``, the paper's evaluation
+  protocol instead of NeMo-RL's validation (:mod:`nemo_mmpo.nemo_rl.evaluation`); NeMo-RL's
+  otherwise.
 
 It also puts this package on ``PYTHONPATH`` for NeMo-RL's Ray workers, which unpickle our loss.
-Idempotent; raises with the installed NeMo-RL version if a hook point has moved.
+Idempotent; raises with the installed NeMo-RL version if a hook point has moved. The wrappers
+read the arguments they need by name (bound to the original's signature), and share no state:
+what the logging hook adds travels on the advantages tensor NeMo-RL hands it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.nemo_rl import dmpo
-from nemo_mmpo.nemo_rl.estimator import MMPOAdvantageEstimator, config_value, is_our_estimator
+from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
+from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.advantage_estimator import STEP_METRICS_ATTRIBUTE, MMPOAdvantageEstimator
+from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
 
 SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
 HOOKED_MODULES = (
@@ -40,10 +48,6 @@ HOOKED_MODULES = (
 )
 MARK = "_nemo_mmpo_original"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-
-
-class _State:
-    active_estimator: MMPOAdvantageEstimator | None = None
 
 
 def _nemo_rl_version() -> str:
@@ -62,20 +66,24 @@ def _hook_error(detail: str) -> RuntimeError:
     )
 
 
+def _arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by parameter name, as ``original`` would receive them."""
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    return dict(bound.arguments)
+
+
 def _estimator_factory(original: Any) -> Any:
     @functools.wraps(original)
-    def create_advantage_estimator(master_config: Any, *args: Any, **kwargs: Any) -> Any:
-        grpo_config = config_value(master_config, "grpo")
-        estimator_config = config_value(grpo_config, "adv_estimator")
-        if is_our_estimator(config_value(estimator_config, "name")):
+    def create_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
+        master_config = _arguments(original, args, kwargs)["master_config"]
+        estimator_config = sections.value(master_config, "grpo.adv_estimator")
+        if is_our_estimator(sections.value(estimator_config, "name")):
             estimator = MMPOAdvantageEstimator(
-                estimator_config, config_value(master_config, "loss_fn")
+                estimator_config, sections.value(master_config, "loss_fn")
             )
-            _State.active_estimator = estimator
             print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
             return estimator
-        _State.active_estimator = None
-        return original(master_config, *args, **kwargs)
+        return original(*args, **kwargs)
 
     setattr(create_advantage_estimator, MARK, original)
     return create_advantage_estimator
@@ -96,12 +104,13 @@ def _metrics_logger(original: Any) -> Any:
     @functools.wraps(original)
     def log_rewards_and_advantages(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        metrics = kwargs.get("metrics", args[2] if len(args) > 2 else None)
-        estimator = _State.active_estimator
-        if isinstance(metrics, dict) and estimator is not None:
+        arguments = _arguments(original, args, kwargs)
+        step_metrics = getattr(arguments.get("advantages"), STEP_METRICS_ATTRIBUTE, None)
+        metrics = arguments.get("metrics")
+        if isinstance(metrics, dict) and step_metrics:
             # NeMo-RL sums each list-valued step metric over micro-batches and prints
             # "Skipping aggregation" for scalars: a one-element list aggregates to the value.
-            metrics.update({key: [value] for key, value in estimator.last_metrics.items()})
+            metrics.update({key: [value] for key, value in step_metrics.items()})
         return result
 
     setattr(log_rewards_and_advantages, MARK, original)
@@ -110,14 +119,15 @@ def _metrics_logger(original: Any) -> Any:
 
 def _batch_penalties(original: Any) -> Any:
     @functools.wraps(original)
-    def apply_penalties(
-        train_data: Any, message_logs: Any, master_config: Any, *args: Any, **kwargs: Any
-    ) -> Any:
-        result = original(train_data, message_logs, master_config, *args, **kwargs)
-        loss_config = config_value(master_config, "loss_fn")
+    def apply_penalties(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        arguments = _arguments(original, args, kwargs)
+        loss_config = sections.value(arguments["master_config"], "loss_fn")
         if not dmpo.is_dmpo_loss(loss_config):
             return result
-        metrics = dmpo.attach_penalty_terms(train_data, dmpo.read_dmpo_settings(loss_config))
+        metrics = dmpo.attach_penalty_terms(
+            arguments["train_data"], dmpo.read_dmpo_settings(loss_config)
+        )
         # NeMo-RL merges these into the step metrics and sums list values (see above).
         return {**(result or {}), **{key: [value] for key, value in metrics.items()}}
 
@@ -125,11 +135,27 @@ def _batch_penalties(original: Any) -> Any:
     return apply_penalties
 
 
+def _validation(original: Any) -> Any:
+    @functools.wraps(original)
+    def validate(*args: Any, **kwargs: Any) -> Any:
+        from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
+
+        arguments = _arguments(original, args, kwargs)
+        settings = in_loop_settings(arguments["master_config"])
+        if settings is None:
+            return original(*args, **kwargs)
+        return validate_in_loop(arguments["policy_generation"], arguments["step"], settings)
+
+    setattr(validate, MARK, original)
+    return validate
+
+
 HOOKS = {
     "_create_advantage_estimator": _estimator_factory,
     "ClippedPGLossFn": _loss_factory,
     "_log_mixed_rewards_and_advantages_information": _metrics_logger,
     "_apply_configured_message_level_advantage_penalties": _batch_penalties,
+    "validate": _validation,
 }
 #: Hook points every supported NeMo-RL has; the others are hooked where present (DMPO needs
 #: the last one and says so when it is missing).

@@ -8,11 +8,12 @@ eps = 0.2 and no KL term: NeMo-RL's ``ClippedPGLossFn`` with the settings of
 ``force_on_policy_ratio`` or the reference model when the KL weight is 0, so a private rewrite
 would mis-train) and reports, once, the settings that differ from the paper's. The ``mmpo/``
 advantage metrics are computed once per step by the estimator
-(:meth:`~nemo_mmpo.nemo_rl.estimator.MMPOAdvantageEstimator.compute_advantage`), not in every
+(:class:`~nemo_mmpo.nemo_rl.advantage_estimator.MMPOAdvantageEstimator`), not in every
 micro-batch here, so this loss costs what NeMo-RL's does.
 
 ``loss_fn.name: dmpo`` (:class:`DMPOLossFn`) is the same surrogate plus DMPO's weighted
-distribution-matching penalty, linearised once per batch (:mod:`nemo_mmpo.nemo_rl.dmpo`).
+distribution-matching penalty, linearised once per batch
+(:mod:`nemo_mmpo.nemo_rl.dmpo_batch_terms`).
 
 This module imports ``nemo_rl``; it is loaded by :func:`nemo_mmpo.nemo_rl.install` on the
 driver and by unpickling in NeMo-RL's policy workers.
@@ -24,11 +25,10 @@ from typing import Any
 
 from nemo_rl.algorithms.loss import ClippedPGLossFn
 
-from nemo_mmpo.nemo_rl import dmpo
-from nemo_mmpo.nemo_rl.estimator import config_value
+from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
+from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS, MMPO_LOSS
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
-
-LOSS_NAME = "mmpo"
 
 
 class MMPOClippedPGLossFn(ClippedPGLossFn):
@@ -45,8 +45,9 @@ class DMPOLossFn(ClippedPGLossFn):
     """DMPO (Li et al. 2026): NeMo-RL's clipped surrogate ``+ dmpo_weight * penalty``.
 
     The penalty is :func:`nemo_mmpo.dmpo.distribution_matching_penalty` over the whole batch,
-    in the per-response linearised form of :mod:`nemo_mmpo.nemo_rl.dmpo` (exact in value and
-    gradient at the first optimizer step of each batch; the same on every split of the batch).
+    in the per-response linearised form of :mod:`nemo_mmpo.nemo_rl.dmpo_batch_terms` (exact in
+    value and gradient at the first optimizer step of each batch; the same on every split of the
+    batch).
     Adds the loss metric ``dmpo/penalty_term`` (summed over micro-batches: the penalty).
     """
 
@@ -72,15 +73,15 @@ class DMPOLossFn(ClippedPGLossFn):
         term = dmpo.penalty_term(next_token_logprobs, data)
         loss = loss + self.dmpo.weight * term
         metrics["loss"] = loss.item()
-        metrics[f"{dmpo.METRIC_PREFIX}penalty_term"] = term.item()
+        metrics[f"{DMPO_METRICS}penalty_term"] = term.item()
         return loss, metrics
 
 
 def build_loss(original_class: type, cfg: Any, *args: Any, **kwargs: Any) -> Any:
     """Ours for ``loss_fn.name`` ``mmpo`` or ``dmpo``, else NeMo-RL's ``original_class``."""
-    name = config_value(cfg, "name")
-    if name == LOSS_NAME:
+    name = sections.value(cfg, "name")
+    if name == MMPO_LOSS:
         return MMPOClippedPGLossFn(cfg, *args, **kwargs)
-    if name == dmpo.LOSS_NAME:
+    if name == DMPO_LOSS:
         return DMPOLossFn(cfg, *args, **kwargs)
     return original_class(cfg, *args, **kwargs)

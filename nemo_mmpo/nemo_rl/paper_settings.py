@@ -6,10 +6,9 @@ these values in ``loss_fn``; a config that differs is reported, never rewritten.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from nemo_mmpo.nemo_rl.estimator import config_value
+from nemo_mmpo.nemo_rl import sections
 
 PAPER_LOSS_SETTINGS: dict[str, Any] = {
     "reference_policy_kl_penalty": 0.0,
@@ -23,17 +22,15 @@ PAPER_LOSS_SETTINGS: dict[str, Any] = {
 }
 
 
-def _keys(config: Any) -> set[str]:
-    if isinstance(config, Mapping):
-        return set(config)
-    return set(getattr(type(config), "model_fields", {})) | set(config.model_extra or {})
+_ABSENT = object()
 
 
 def paper_setting_deviations(config: Any) -> list[str]:
-    """``loss_fn.key=value (paper: v)`` for each setting in ``config`` that is not the paper's."""
-    keys = _keys(config)
-    return [
-        f"loss_fn.{key}={config_value(config, key)!r} (paper: {value!r})"
-        for key, value in PAPER_LOSS_SETTINGS.items()
-        if key in keys and config_value(config, key) != value
-    ]
+    """``loss_fn.key=value (paper: v)`` for each setting ``config`` trains with (given, or a
+    pydantic field's default) that is not the paper's."""
+    deviations = []
+    for key, paper in PAPER_LOSS_SETTINGS.items():
+        current = sections.value(config, key, _ABSENT)
+        if current is not _ABSENT and current != paper:
+            deviations.append(f"loss_fn.{key}={current!r} (paper: {paper!r})")
+    return deviations

@@ -18,8 +18,15 @@ import pytest
 pytest.importorskip("math_verify", reason="the eval extra (math-verify) is not installed")
 pytest.importorskip("transformers", reason="the hf extra (transformers) is not installed")
 
-from nemo_mmpo.eval.__main__ import main as eval_main
+from nemo_mmpo.cli import handle
+from nemo_mmpo.eval.__main__ import main
 from nemo_mmpo.eval.verify import grade_serially
+
+
+def eval_main(argv):
+    """The eval tool as a person runs it: its errors through the CLI's one handler."""
+    return handle(main, argv, "nemo-mmpo eval")
+
 
 ROOT = Path(__file__).resolve().parents[2]
 

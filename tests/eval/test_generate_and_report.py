@@ -6,11 +6,18 @@ import json
 
 import pytest
 
-from nemo_mmpo.eval.__main__ import main as eval_main
+from nemo_mmpo.cli import handle
+from nemo_mmpo.eval.__main__ import main
 from nemo_mmpo.eval.generate import run_generation, shard
 from nemo_mmpo.eval.rollouts import problem_counts, read_rollouts
 from nemo_mmpo.eval.synthetic import write_synthetic_runs
 from nemo_mmpo.eval.verify import Verdict
+
+
+def eval_main(argv):
+    """The eval tool as a person runs it: its errors through the CLI's one handler."""
+    return handle(main, argv, "nemo-mmpo eval")
+
 
 PROBLEMS = [
     {"id": f"p{i}", "problem": f"What is {i}+0?", "answer": str(i), "source": "amc23"}

@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from nemo_mmpo.eval.__main__ import main as eval_main
+from nemo_mmpo.cli import handle
+from nemo_mmpo.eval.__main__ import main
+
+
+def eval_main(argv):
+    """The eval tool as a person runs it: its errors through the CLI's one handler."""
+    return handle(main, argv, "nemo-mmpo eval")
 
 
 def record(problem, sample, correct, benchmark="amc23", **extra):

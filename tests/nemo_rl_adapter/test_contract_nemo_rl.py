@@ -13,14 +13,16 @@ import pytest
 import torch
 from nemo_rl_support import import_nemo_rl
 
+pytestmark = pytest.mark.nemo_rl
+
 advantage_module = import_nemo_rl("nemo_rl.algorithms.advantage_estimator")
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 batched_module = import_nemo_rl("nemo_rl.distributed.batched_data_dict")
 config_module = import_nemo_rl("nemo_rl.utils.config")
 
 from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows, moment_objective
+from nemo_mmpo.launch.checkout import find_nemo_rl_root, link_nemo_rl_configs
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator
-from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root, link_nemo_rl_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,7 +134,7 @@ def test_recipes_load_with_nemo_rl_own_loader():
     root = find_nemo_rl_root()
     if root is None:
         pytest.skip("no NeMo-RL checkout with examples/configs found (set NEMO_RL_PATH)")
-    link_nemo_rl_configs(ROOT / "examples" / "configs", root)
+    link_nemo_rl_configs(root)
     config_module.register_omegaconf_resolvers()
     for recipe in sorted((ROOT / "examples" / "configs").glob("*.yaml")):
         config = config_module.load_config(str(recipe))
@@ -151,7 +153,7 @@ def test_every_recipe_builds_nemo_rl_master_config(recipe):
     """NeMo-RL's loader, Hydra overrides and ``MasterConfig``, as its ``run_grpo.py`` does."""
     from nemo_rl_support import master_config_from_recipe
 
-    from nemo_mmpo.nemo_rl.run_config import validate_run_config
+    from nemo_mmpo.launch.rules import check
 
     config = master_config_from_recipe(recipe, ["grpo.adv_estimator.truncation_order=3"])
     grpo_config = config.grpo
@@ -168,7 +170,7 @@ def test_every_recipe_builds_nemo_rl_master_config(recipe):
         assert config.loss_fn.use_importance_sampling_correction is True
         assert config.policy["generation"]["colocated"]["enabled"] is False
     resolved = config.model_dump()
-    validate_run_config(resolved)
+    assert check(resolved).errors == []
     # the statement NeMo-RL's setup() runs to build the loss (setup() itself needs GPUs)
     from nemo_mmpo.nemo_rl import install
     from nemo_mmpo.nemo_rl.loss import MMPOClippedPGLossFn

@@ -10,24 +10,23 @@ The penalty is checked against the authors' definition written group by group
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
+
+pytestmark = pytest.mark.nemo_rl
 
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 wrapper_module = import_nemo_rl("nemo_rl.algorithms.loss.wrapper")
 BatchedDataDict = import_nemo_rl("nemo_rl.distributed.batched_data_dict").BatchedDataDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from test_dmpo import all_patterns_batch, reference
 
 from nemo_mmpo import compute_advantages
 from nemo_mmpo.nemo_rl import install
-from nemo_mmpo.nemo_rl.dmpo import GRADIENT_KEY, SHARE_KEY
+from nemo_mmpo.nemo_rl.dmpo_batch_terms import GRADIENT_KEY, SHARE_KEY
 from nemo_mmpo.nemo_rl.loss import DMPOLossFn
 
 RECIPE = "dmpo_math_qwen3_1.7b.yaml"
@@ -255,7 +254,7 @@ def test_per_micro_batch_penalty_would_differ():
     """The check above can fail: DMPO computed inside each micro-batch (groups cut apart and
     the mean taken per piece, as a loss with no batch terms would) changes the gradient."""
     from nemo_mmpo.dmpo import distribution_matching_penalty
-    from nemo_mmpo.nemo_rl.dmpo import token_means
+    from nemo_mmpo.nemo_rl.dmpo_batch_terms import token_means
 
     config, _ = build()
     data, groups, current = ragged_batch(config)

@@ -10,6 +10,7 @@ from nemo_mmpo import (
     MMPOInputError,
     compute_advantages,
     group_ids_from_prompt_rows,
+    moment_diagnostics,
     moment_objective,
 )
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, read_estimator_settings
@@ -97,6 +98,31 @@ def test_valid_mask_excludes_rows_from_group_statistics():
     assert torch.count_nonzero(advantages[~kept]) == 0
 
 
+def test_every_metric_equals_the_core_library_on_a_masked_batch():
+    """Each ``mmpo/`` metric, value by value, on a batch where ``valid_mask`` drops rows (one
+    group entirely): group statistics are ``moment_diagnostics`` of the valid rows, and the
+    advantage statistics are over the valid rows' advantages (the masked rows' advantages
+    are 0, so a mean over every row would be lower)."""
+    adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 4})
+    prompt_ids, rewards, mask = batch(num_prompts=5, seed=3)
+    group_ids = group_ids_from_prompt_rows(prompt_ids)
+    valid = torch.ones_like(rewards)
+    valid[::3] = 0
+    valid[group_ids == group_ids[1]] = 0
+    advantages = adapter.compute_advantage(prompt_ids, rewards, mask, valid_mask=valid)[:, 0]
+    kept = valid.bool()
+    metrics = adapter.last_metrics
+    expected = moment_diagnostics(rewards, group_ids, 4, valid)
+    assert expected == moment_diagnostics(rewards[kept], group_ids[kept], 4)
+    assert expected["num_groups"] == 4  # the emptied group is not counted
+    for key, value in expected.items():
+        assert metrics[f"mmpo/{key}"] == pytest.approx(value, rel=1e-12), key
+    core = compute_advantages(rewards[kept], group_ids[kept], moment_objective("mmpo", 4)).double()
+    assert metrics["mmpo/advantage_abs_mean"] == pytest.approx(core.abs().mean().item(), rel=1e-6)
+    assert metrics["mmpo/advantage_abs_max"] == pytest.approx(core.abs().max().item(), rel=1e-6)
+    assert core.abs().mean() > advantages.double().abs().mean()  # the mask matters here
+
+
 def test_metrics_are_prefixed_and_describe_the_batch():
     adapter = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 4})
     prompt_ids, rewards, mask = batch()
@@ -137,7 +163,9 @@ def test_non_binary_rewards_name_the_nemo_rl_settings():
         ({"name": "mmpo", "moment_transform": "gamma"}, "moment_transform='gamma'"),
         ({"name": "mmpo", "moment_transform": "constant"}, "constant=None"),
         ({"name": "mmpo", "moment_transform": "beta", "transform_alpha": 1.0}, "beta=None"),
-        ({"name": "pkpo", "k": "3"}, "grpo.adv_estimator.k='3'"),
+        ({"name": "pkpo", "k": "3"}, "grpo.adv_estimator.k='3': give an integer"),
+        ({"name": "pkpo", "k": 0}, "grpo.adv_estimator.k=0: give a value >= 1"),
+        ({"name": "mmpo", "estimator": "pkpo"}, "baselines have their own name"),
         ({"name": "maxrl", "maclaurin_order": 2.5}, "maclaurin_order=2.5"),
     ],
 )
@@ -159,17 +187,23 @@ def test_unbiased_order_above_group_size_is_reported_with_the_group_size():
 def test_names_come_from_the_core_registry_and_a_new_estimator_needs_no_adapter_edit():
     from nemo_mmpo import estimators, register_estimator
     from nemo_mmpo.nemo_rl import estimator_names
+    from nemo_mmpo.nemo_rl.estimator_settings import mmpo_formulas
 
-    names = estimator_names()
-    assert {"mmpo", "empirical_bayes", "pkpo", "passk_chen", "maxrl"} <= set(names)
-    assert "grpo" not in names  # NeMo-RL's own name is never shadowed
+    # one spelling per estimator: baselines by name, MMPO's formulas as name=mmpo, estimator=X
+    assert set(estimator_names()) == {"mmpo", "pkpo", "passk_chen", "maxrl"}
+    assert set(mmpo_formulas()) == {"plugin", "unbiased", "empirical_bayes", "grpo"}
+    assert "grpo" not in estimator_names()  # NeMo-RL's own name is never shadowed
+    with pytest.raises(MMPOInputError, match="name=mmpo, estimator=plugin"):
+        read_estimator_settings({"name": "plugin"})
 
     @register_estimator("halved_plugin_for_test")
     def halved(groups, objective, scale: float = 0.5):
         return scale * estimators.get_estimator("plugin")(groups, objective)
 
     try:
-        adapter = MMPOAdvantageEstimator({"name": "halved_plugin_for_test", "scale": 0.25})
+        adapter = MMPOAdvantageEstimator(
+            {"name": "mmpo", "estimator": "halved_plugin_for_test", "scale": 0.25}
+        )
         prompt_ids, rewards, mask = batch()
         advantages = adapter.compute_advantage(prompt_ids, rewards, mask)
         plugin = compute_advantages(

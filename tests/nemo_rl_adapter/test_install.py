@@ -11,6 +11,8 @@ import pytest
 import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
+pytestmark = pytest.mark.nemo_rl
+
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 advantage_module = import_nemo_rl("nemo_rl.algorithms.advantage_estimator")
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
@@ -51,14 +53,20 @@ def test_our_names_build_ours_and_builtins_stay_nemo_rls():
     assert type(loss) is loss_module.ClippedPGLossFn
 
 
-@pytest.mark.parametrize("name", ["empirical_bayes", "pkpo", "maxrl", "passk_chen"])
-def test_every_registered_estimator_is_reachable_by_name(name):
+@pytest.mark.parametrize(
+    ("overrides", "estimator"),
+    [
+        (["grpo.adv_estimator.estimator=empirical_bayes"], "empirical_bayes"),
+        (["grpo.adv_estimator.estimator=unbiased"], "unbiased"),
+        (["grpo.adv_estimator.name=pkpo"], "pkpo"),
+        (["grpo.adv_estimator.name=maxrl"], "maxrl"),
+        (["grpo.adv_estimator.name=passk_chen"], "passk_chen"),
+    ],
+)
+def test_every_registered_estimator_is_reachable_by_its_one_spelling(overrides, estimator):
     install()
-    config = master_config_from_recipe(
-        "mmpo_math_qwen3_1.7b.yaml", [f"grpo.adv_estimator.name={name}"]
-    )
-    estimator = grpo._create_advantage_estimator(config)
-    assert estimator.settings.estimator == name
+    config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", overrides)
+    assert grpo._create_advantage_estimator(config).settings.estimator == estimator
 
 
 def test_our_grpo_estimator_is_reachable_through_mmpo_name():
@@ -160,7 +168,7 @@ def test_eval_extra_is_co_installable_with_nemo_rl_lock():
 
     import tomllib
 
-    from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root
+    from nemo_mmpo.launch.checkout import find_nemo_rl_root
 
     lock = (find_nemo_rl_root() / "uv.lock").read_text()
     locked = re.search(r'name = "antlr4-python3-runtime"\nversion = "([^"]+)"', lock).group(1)

@@ -9,13 +9,12 @@ stand-ins of :mod:`trainer_standins`, real prompts and 0/1 rewards from a Ray en
 from __future__ import annotations
 
 import importlib
-import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
+
+pytestmark = pytest.mark.nemo_rl
 from trainer_standins import (
     RecordingLogger,
     StandInGeneration,
@@ -48,35 +47,6 @@ TINY_RUN = [
     "checkpointing.save_period=1",
     "policy.max_total_sequence_length=256",
 ]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
-    # Ray actors (NeMo-RL's async trajectory collector) unpickle the stand-ins; NeMo-RL hands
-    # them the driver's environment, so this folder goes on the driver's PYTHONPATH.
-    here = Path(__file__).resolve().parent
-    previous = {key: os.environ.get(key) for key in ("PYTHONPATH", "RAY_ADDRESS")}
-    os.environ.pop("RAY_ADDRESS", None)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1]), *sys.path])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        ignore_reinit_error=True,
-        runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}},
-    )
-    # NeMo-RL main's memory tracker finds Ray by address="auto": point it at this cluster even
-    # if another Ray instance runs on the machine.
-    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    yield
-    ray.shutdown()
-    for key, value in previous.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 @pytest.fixture
@@ -268,7 +238,7 @@ def async_trainer(config, tmp_path):
     """NeMo-RL's ``async_grpo_train`` with its collector and replay buffer on this interpreter,
     as the tiny CPU driver runs them (NeMo-RL's registry puts those two Ray actors in its vLLM
     environment, a uv-built venv with vLLM, which cannot exist here)."""
-    from nemo_mmpo.nemo_rl.tiny_cpu import collector_on_this_interpreter
+    from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter
 
     system = import_nemo_rl("nemo_rl.distributed.virtual_cluster").PY_EXECUTABLES.SYSTEM
     with collector_on_this_interpreter(system):
@@ -298,7 +268,6 @@ def dmpo_reference(call, temperature=1 / 15):
 
 
 def test_grpo_train_runs_dmpo_with_the_authors_penalty(ray_cluster, tmp_path, capsys):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     install()
     config = master_config_from_recipe("dmpo_math_qwen3_1.7b.yaml", TINY_RUN)
     policy, logger, _ = run_trainer(grpo.grpo_train, config, tmp_path)
@@ -334,7 +303,6 @@ def test_grpo_train_runs_dmpo_with_the_authors_penalty(ray_cluster, tmp_path, ca
 def test_async_grpo_train_runs_dmpo(ray_cluster, tmp_path):
     """The asynchronous trainer computes ``prev_logprobs`` with the training policy and calls
     the same hook: the batch terms are the authors' penalty at that policy."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     install()
     config = master_config_from_recipe(
         "mmpo_math_qwen3_4b_async.yaml",

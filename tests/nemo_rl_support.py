@@ -1,29 +1,39 @@
-"""Helpers for the NeMo-RL suite: import the real NeMo-RL or skip (or fail, in CI).
+"""Helpers for tests that use the real NeMo-RL: import it or skip (or fail, in CI).
 
-``scripts/test_nemo_rl.sh`` runs this folder on Python 3.13 against each NeMo-RL snapshot with
-``NEMO_RL_PATH`` set and ``NEMO_MMPO_REQUIRE_NEMO_RL=1`` (under ``CI=true``), where a NeMo-RL
-that fails to import is an error, never a skip. On the 3.11 suite those tests skip.
+``scripts/test_nemo_rl.sh`` runs the tests marked ``nemo_rl`` on Python 3.13 against each
+NeMo-RL snapshot, with the snapshot on ``PYTHONPATH`` and ``NEMO_MMPO_REQUIRE_NEMO_RL=1`` (under
+``CI=true``), where a NeMo-RL that fails to import is an error, never a skip. On the 3.11 suite
+``nemo_rl`` is not importable (as on a login node) and those tests skip; ``NEMO_RL_PATH`` still
+names a checkout there, whose configs (and config loader) the launcher reads.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "examples" / "configs"
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "examples" / "configs"
 REQUIRE = os.environ.get("NEMO_MMPO_REQUIRE_NEMO_RL") == "1"
 
 # NeMo-RL's own switch: Ray actors run on this interpreter instead of a uv-built venv per actor
 # (read when NeMo-RL is first imported, so set before any test imports it).
 os.environ.setdefault("NEMO_RL_PY_EXECUTABLES_SYSTEM", "1")
 
-if os.environ.get("NEMO_RL_PATH") and os.environ["NEMO_RL_PATH"] not in sys.path:
-    sys.path.insert(0, os.environ["NEMO_RL_PATH"])
+
+def nemo_rl_checkout() -> Path:
+    """The NeMo-RL checkout the tests read configs from (``NEMO_RL_PATH``); skips without one."""
+    from nemo_mmpo.launch.checkout import find_nemo_rl_root
+
+    root = find_nemo_rl_root()
+    if root is None:
+        if REQUIRE:
+            raise RuntimeError("NEMO_MMPO_REQUIRE_NEMO_RL=1 but no NeMo-RL checkout was found")
+        pytest.skip("no NeMo-RL checkout: set NEMO_RL_PATH (bash scripts/test.sh does)")
+    return root
 
 
 def import_nemo_rl(name: str) -> ModuleType:
@@ -43,13 +53,13 @@ def master_config_from_recipe(recipe: str, overrides: list[str] = ()) -> object:
     """``recipe`` loaded as NeMo-RL's ``run_grpo.py`` loads it, into its ``MasterConfig``."""
     from omegaconf import OmegaConf
 
-    from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root, link_nemo_rl_configs
+    from nemo_mmpo.launch.checkout import find_nemo_rl_root, link_nemo_rl_configs
 
     config_module = import_nemo_rl("nemo_rl.utils.config")
     grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
     root = find_nemo_rl_root()
     assert root is not None, "set NEMO_RL_PATH to a NeMo-RL checkout"
-    link_nemo_rl_configs(CONFIGS_DIR, root)
+    link_nemo_rl_configs(root)
     config_module.register_omegaconf_resolvers()
     config = config_module.load_config(str(CONFIGS_DIR / recipe))
     if overrides:

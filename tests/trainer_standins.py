@@ -3,7 +3,7 @@
 NeMo-RL's real ``grpo_train`` / ``async_grpo_train`` / ``grpo_train_sync`` drive these objects:
 
 - :func:`char_tokenizer`: a real fast tokenizer, one token per character (no hub download;
-  the tiny CPU run's, from :mod:`nemo_mmpo.nemo_rl.tiny_cpu`);
+  the tiny CPU run's, from :mod:`nemo_mmpo.cpu.model`);
 - :class:`StandInPolicy`: log-probs from a fixed function of the tokens; ``train`` calls the
   loss function the trainer hands it on the whole batch and records inputs and outputs;
 - :class:`StandInGeneration`: answers arithmetic prompts with ``\\boxed{}``, right with a
@@ -11,8 +11,10 @@ NeMo-RL's real ``grpo_train`` / ``async_grpo_train`` / ``grpo_train_sync`` drive
 - :func:`make_math_env`: a Ray actor that grades ``\\boxed{}`` answers with 0/1 rewards;
 - :class:`RecordingLogger`.
 
-Checkpoints go through NeMo-RL's own ``CheckpointManager``. The lifecycle calls ``grpo_train``
-makes on GPU workers are the CPU backends' no-ops (:mod:`nemo_mmpo.nemo_rl.cpu_backends`).
+Checkpoints go through NeMo-RL's own ``CheckpointManager``. Both subclass NeMo-RL's interfaces
+through the CPU backends' driver-side bases (:mod:`nemo_mmpo.cpu.policy`,
+:mod:`nemo_mmpo.cpu.generation`), whose no-ops are the calls ``grpo_train`` makes on GPU
+workers.
 
 Real prompts, real binary rewards; only model, sampler and storage are stood in for.
 """
@@ -25,9 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from nemo_rl_support import import_nemo_rl
 
-from nemo_mmpo.nemo_rl.cpu_backends import GenerationLifecycle, PolicyLifecycle
-from nemo_mmpo.nemo_rl.tiny_cpu import EOS, PAD, char_tokenizer
+import_nemo_rl("nemo_rl.models.policy.interfaces")  # the bases below subclass NeMo-RL's
+
+from nemo_mmpo.cpu.generation import DriverSideEngine
+from nemo_mmpo.cpu.model import EOS, PAD, char_tokenizer
+from nemo_mmpo.cpu.policy import DriverSidePolicy
 
 __all__ = ["char_tokenizer"]  # the tests' tokenizer is the tiny CPU run's
 
@@ -59,7 +65,7 @@ def math_dataset(tokenizer: Any, size: int = 16) -> list[dict[str, Any]]:
     return records
 
 
-class StandInGeneration(GenerationLifecycle):
+class StandInGeneration(DriverSideEngine):
     """Samples ``\\boxed{answer}`` responses; records every batch it was asked for."""
 
     def __init__(self, tokenizer: Any, config: dict[str, Any], seed: int = 0) -> None:
@@ -117,7 +123,7 @@ def token_logprobs(token_ids: torch.Tensor, version: int = 0) -> torch.Tensor:
     return -0.2 - 0.05 * (token_ids % 5).float() - 0.03 * version * ((token_ids % 3) - 1).float()
 
 
-class StandInPolicy(PolicyLifecycle):
+class StandInPolicy(DriverSidePolicy):
     """Log-probs from :func:`token_logprobs`; ``train`` runs the given loss on the batch."""
 
     def __init__(self) -> None:

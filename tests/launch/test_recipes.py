@@ -1,4 +1,9 @@
-"""Every shipped recipe loads, validates and dry-runs without NeMo-RL or a GPU."""
+"""Every shipped recipe loads (as NeMo-RL's run_grpo.py loads it), passes every rule and
+dry-runs without a GPU; bad recipes are refused naming the key.
+
+These tests read NeMo-RL's base configs from a checkout (``NEMO_RL_PATH``; the test scripts
+unpack a snapshot), without importing ``nemo_rl`` on the 3.11 suite: the login-node case.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,37 @@ import sys
 from pathlib import Path
 
 import pytest
+from nemo_rl_support import nemo_rl_checkout
 
 from nemo_mmpo import MMPOInputError
-from nemo_mmpo.nemo_rl.run_config import (
-    apply_overrides,
-    load_run_config,
-    run_plan,
-    validate_run_config,
-)
+from nemo_mmpo.launch.loader import load
+from nemo_mmpo.launch.plan import describe
+from nemo_mmpo.launch.rules import check
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
 ENTRY_POINT = ROOT / "examples" / "run_mmpo_math.py"
+
+
+@pytest.fixture(autouse=True)
+def checkout():
+    return nemo_rl_checkout()
+
+
+def load_run_config(path, overrides=()):
+    return load(path, overrides)
+
+
+def validate_run_config(config):
+    """The old single-call form: raise the first error, return the warnings."""
+    findings = check(config)
+    if findings.errors:
+        raise MMPOInputError("; ".join(findings.errors))
+    return findings.warnings
+
+
+def run_plan(loaded):
+    return describe(loaded)
 
 
 def test_there_are_recipes_for_mmpo_and_every_baseline():
@@ -38,8 +62,8 @@ def test_there_are_recipes_for_mmpo_and_every_baseline():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
 def test_recipe_loads_and_validates(recipe):
-    loaded = load_run_config(recipe, use_nemo_rl=False)
-    validate_run_config(loaded.config)
+    loaded = load_run_config(recipe)
+    assert check(loaded.config).errors == []
     plan = run_plan(loaded)
     if (loaded.config.get("cpu_backend") or {}).get("enabled"):
         assert "this machine's CPUs" in plan and "nemo-mmpo CPU policy" in plan
@@ -102,16 +126,6 @@ def test_prompt_file_shows_the_model_a_single_backslash():
     assert "\\\\boxed" not in prompt
 
 
-def test_overrides_are_strict_like_nemo_rl():
-    config = {"grpo": {"adv_estimator": {"truncation_order": 4}}}
-    apply_overrides(config, ["grpo.adv_estimator.truncation_order=3"])
-    assert config["grpo"]["adv_estimator"]["truncation_order"] == 3
-    with pytest.raises(MMPOInputError, match=r"\+grpo.adv_estimator.order=3"):
-        apply_overrides(config, ["grpo.adv_estimator.order=3"])
-    apply_overrides(config, ["+grpo.adv_estimator.order=3", "~grpo.adv_estimator.truncation_order"])
-    assert config["grpo"]["adv_estimator"] == {"order": 3}
-
-
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
@@ -124,6 +138,9 @@ def test_overrides_are_strict_like_nemo_rl():
         (["policy.train_global_batch_size=100"], "train_global_batch_size=100"),
         (["loss_fn.name=ppo"], "loss_fn.name='ppo'"),
         (["grpo.adv_estimator.moment_transform=beta"], "alpha=None"),
+        (["grpo.adv_estimator.truncation_order=0"], "truncation_order=0: give a value >= 1"),
+        (["grpo.adv_estimator.k=2.5"], "grpo.adv_estimator.k=2.5: give an integer"),
+        (["grpo.adv_estimator.name=plugin"], "is a formula of MMPO: name=mmpo, estimator=plugin"),
     ],
 )
 def test_bad_recipes_are_rejected_with_the_key(overrides, fragment):
@@ -165,17 +182,20 @@ def test_dry_run_reports_a_bad_override_and_fails():
     )
     assert result.returncode == 2
     assert "grpo.adv_estimator.estimator='exact'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
-def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeypatch):
-    """A NeMo-RL-shaped checkout: the link is made and our loader merges the base like theirs."""
+def test_base_configs_resolve_through_the_link_without_nemo_rl_code(tmp_path, monkeypatch):
+    """A checkout without NeMo-RL's config loader (only its configs): the link is made and the
+    OmegaConf fallback merges bases as NeMo-RL does (``_override_``, interpolations)."""
     import shutil
 
-    from nemo_mmpo.nemo_rl.run_config import LINK_NAME as LINK
-    from nemo_mmpo.nemo_rl.run_config import find_nemo_rl_root, link_nemo_rl_configs
+    from nemo_mmpo.launch import checkout as checkout_module
+    from nemo_mmpo.launch.checkout import LINK_NAME, find_nemo_rl_root, link_nemo_rl_configs
 
     checkout = tmp_path / "RL"
     (checkout / "examples" / "configs").mkdir(parents=True)
+    (checkout / "nemo_rl").mkdir()
     base = checkout / "examples" / "configs" / "grpo_math_1B_megatron.yaml"
     base.write_text(
         "defaults: grpo_math_1B.yaml\n"
@@ -191,11 +211,14 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeyp
     assert find_nemo_rl_root() == checkout.resolve()
     configs = tmp_path / "configs"
     # the checkout's own link (made by other tests or the entry point) is not copied
-    shutil.copytree(ROOT / "examples" / "configs", configs, ignore=shutil.ignore_patterns(LINK))
-    link = link_nemo_rl_configs(configs, checkout)
-    assert link.is_symlink() and link_nemo_rl_configs(configs, checkout) == link
-    loaded = load_run_config(configs / "mmpo_math_qwen3_1.7b.yaml", use_nemo_rl=False)
-    assert loaded.unresolved_bases == []
+    shutil.copytree(
+        ROOT / "examples" / "configs", configs, ignore=shutil.ignore_patterns(LINK_NAME)
+    )
+    monkeypatch.setattr(checkout_module, "CONFIGS_DIR", configs)
+    link = link_nemo_rl_configs(checkout, configs)
+    assert link.is_symlink() and link_nemo_rl_configs(checkout, configs) == link
+    loaded = load(configs / "mmpo_math_qwen3_1.7b.yaml")
+    assert "no NeMo-RL checkout" not in loaded.loader or "OmegaConf" in loaded.loader
     config = loaded.config
     assert config["grpo"]["num_prompts_per_step"] == 16  # ours wins over the base's 32
     assert config["grpo"]["val_at_start"] is True
@@ -207,7 +230,18 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeyp
     (configs / "nemo_rl").unlink()
     (configs / "nemo_rl").mkdir()
     with pytest.raises(MMPOInputError, match="is not a link"):
-        link_nemo_rl_configs(configs, checkout)
+        link_nemo_rl_configs(checkout, configs)
+
+
+def test_a_recipe_whose_base_is_missing_is_refused_not_half_validated(tmp_path, monkeypatch):
+    """Without a NeMo-RL checkout the recipes' bases cannot resolve: refused, naming the fix
+    (the plan used to validate this project's keys alone, then NeMo-RL refused on the cluster)."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("defaults: nemo_rl/grpo_math_1B.yaml\ngrpo:\n  num_prompts_per_step: 4\n")
+    monkeypatch.delenv("NEMO_RL_PATH", raising=False)
+    monkeypatch.setattr("nemo_mmpo.launch.loader.find_nemo_rl_root", lambda: None)
+    with pytest.raises(MMPOInputError, match="set NEMO_RL_PATH to a NeMo-RL checkout"):
+        load(recipe)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +249,10 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl(tmp_path, monkeyp
     [
         (["grpo.adv_estimator.name=mmpoo"], ["grpo.adv_estimator.name='mmpoo'", "empirical_bayes"]),
         (["grpo.adv_estimator.name=MMPO"], ["name='MMPO'", "did you mean 'mmpo'"]),
-        (["+grpo.adv_estimator.trunc_order=3"], ["grpo.adv_estimator.trunc_order=3", "known keys"]),
+        (
+            ["+grpo.adv_estimator.trunc_order=3"],
+            ["grpo.adv_estimator.trunc_order=3 is not a setting", "known: "],
+        ),
         (
             [
                 "grpo.adv_estimator.estimator=unbiased",
@@ -246,6 +283,7 @@ def test_dry_run_refuses_invalid_input_naming_the_key(overrides, fragments):
     assert result.returncode == 2, result.stdout + result.stderr
     for fragment in fragments:
         assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_unbiased_with_order_equal_to_group_size_validates():
@@ -287,28 +325,27 @@ DMPO_RECIPE = ROOT / "examples" / "configs" / "dmpo_math_qwen3_1.7b.yaml"
     ("overrides", "fragment"),
     [
         (["loss_fn.force_on_policy_ratio=true"], "set loss_fn.force_on_policy_ratio=false"),
-        (["+data_plane.enabled=true"], "set data_plane.enabled=false"),
-        (["loss_fn.dmpo_temperature=0"], "loss_fn.dmpo_temperature=0 is not valid"),
-        (["loss_fn.dmpo_weight=-2"], "loss_fn.dmpo_weight=-2 is not valid"),
+        (["++data_plane.enabled=true"], "set data_plane.enabled=false"),
+        (["loss_fn.dmpo_temperature=0"], "loss_fn.dmpo_temperature=0: give a value > 0"),
+        (["loss_fn.dmpo_weight=-2"], "loss_fn.dmpo_weight=-2: give a value >= 0"),
+        (["loss_fn.dmpo_filter_zero_signal=1"], "dmpo_filter_zero_signal=1: give true or false"),
     ],
 )
 def test_dmpo_configs_that_cannot_train_as_configured_are_refused(overrides, fragment):
-    loaded = load_run_config(DMPO_RECIPE, overrides, use_nemo_rl=False)
+    loaded = load_run_config(DMPO_RECIPE, overrides)
     with pytest.raises(MMPOInputError) as error:
         validate_run_config(loaded.config)
     assert fragment in str(error.value)
 
 
 def test_dmpo_recipe_is_the_papers_and_deviations_are_reported():
-    assert validate_run_config(load_run_config(DMPO_RECIPE, use_nemo_rl=False).config) == []
+    assert validate_run_config(load_run_config(DMPO_RECIPE).config) == []
     overrides = [
         "loss_fn.dmpo_weight=1.0",
         "policy.train_global_batch_size=64",
         "grpo.adv_estimator.name=mmpo",
     ]
-    warnings = validate_run_config(
-        load_run_config(DMPO_RECIPE, overrides, use_nemo_rl=False).config
-    )
+    warnings = validate_run_config(load_run_config(DMPO_RECIPE, overrides).config)
     assert any("loss_fn.dmpo_weight=1.0 (paper: 2.0)" in warning for warning in warnings)
     assert any("2 optimizer steps per batch" in warning for warning in warnings)
     assert any("the paper's DMPO uses GRPO's" in warning for warning in warnings)
@@ -317,12 +354,17 @@ def test_dmpo_recipe_is_the_papers_and_deviations_are_reported():
 ASYNC_RECIPE = ROOT / "examples" / "configs" / "mmpo_math_qwen3_4b_async.yaml"
 
 
+def validate_async(config) -> list[str]:
+    """The warnings but the one about v0.7.0's async resume (its own test below)."""
+    return [w for w in validate_run_config(config) if "resumed from a checkpoint" not in w]
+
+
 def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_path):
     """NeMo-RL's async trainer reads the training dataloader once and needs a batch beyond the
     last step: MATH train (7,500 prompts when the file is not written yet) is 468 batches of
     16, so 467 steps."""
-    assert validate_run_config(load_run_config(ASYNC_RECIPE, use_nemo_rl=False).config) == []
-    loaded = load_run_config(ASYNC_RECIPE, ["grpo.max_num_steps=468"], use_nemo_rl=False)
+    assert validate_async(load_run_config(ASYNC_RECIPE).config) == []
+    loaded = load_run_config(ASYNC_RECIPE, ["grpo.max_num_steps=468"])
     with pytest.raises(MMPOInputError) as error:
         validate_run_config(loaded.config)
     assert "holds 7500 prompts = 468 batches of 16, so at step 468" in str(error.value)
@@ -331,21 +373,21 @@ def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_pat
     data = tmp_path / "train.jsonl"
     data.write_text("".join(f'{{"problem": "p{i}", "answer": "{i}"}}\n' for i in range(40)))
     overrides = [f"data.train.data_path={data}", "grpo.max_num_steps=2"]
-    loaded = load_run_config(ASYNC_RECIPE, overrides, use_nemo_rl=False)
+    loaded = load_run_config(ASYNC_RECIPE, overrides)
     with pytest.raises(MMPOInputError, match="holds 40 prompts = 2 batches of 16"):
         validate_run_config(loaded.config)
     one = load_run_config(ASYNC_RECIPE, [*overrides[:1], "grpo.max_num_steps=1"])
-    assert validate_run_config(one.config) == []
+    assert validate_async(one.config) == []
     # the synchronous trainer loops over epochs itself
     loaded = load_run_config(ASYNC_RECIPE, [*overrides, "grpo.async_grpo.enabled=false"])
     validate_run_config(loaded.config)
 
 
 def test_the_tiny_async_driver_shuffles_whole_epochs_into_one_pass():
-    from nemo_mmpo.nemo_rl.tiny_cpu import epochs_in_one_pass
+    from nemo_mmpo.cpu.driver import epochs_in_one_pass
 
-    tiny = load_run_config(ROOT / "examples/configs/mmpo_tiny_cpu_async.yaml", use_nemo_rl=False)
-    assert validate_run_config(tiny.config) == []  # 300 steps: the driver repeats the epochs
+    tiny = load_run_config(ROOT / "examples/configs/mmpo_tiny_cpu_async.yaml")
+    assert validate_async(tiny.config) == []  # 300 steps: the driver repeats the epochs
     records = [{"idx": index} for index in range(80)]
     config = {"num_prompts_per_step": 8, "max_num_steps": 29, "max_num_epochs": 5}
     one_pass = epochs_in_one_pass(records, config, seed=0)
@@ -357,3 +399,128 @@ def test_the_tiny_async_driver_shuffles_whole_epochs_into_one_pass():
     assert one_pass == epochs_in_one_pass(records, config, seed=0)  # and reproducible
     with pytest.raises(MMPOInputError, match=r"set grpo\.max_num_epochs=3 or more"):
         epochs_in_one_pass(records, {**config, "max_num_epochs": 2}, seed=0)
+
+
+FUSE_LOSS = "++policy.sequence_packing.fuse_loss=true"
+PADDED_ROWS = {
+    "pipeline": (
+        ["policy.megatron_cfg.pipeline_model_parallel_size=2"],
+        "policy.megatron_cfg.pipeline_model_parallel_size=2",
+    ),
+    "fp8": (
+        ["policy.megatron_cfg.fp8_cfg.enabled=true"],
+        "policy.megatron_cfg.fp8_cfg.enabled=true",
+    ),
+    "hybridep": (
+        [
+            "policy.megatron_cfg.moe_token_dispatcher_type=flex",
+            "++policy.megatron_cfg.moe_flex_dispatcher_backend=hybridep",
+        ],
+        "moe_flex_dispatcher_backend=hybridep",
+    ),
+}
+
+
+def fused_packing_errors(overrides):
+    loaded = load_run_config(ROOT / "examples/configs/mmpo_math_qwen3_1.7b.yaml", overrides)
+    return [error for error in check(loaded.config).errors if "fuse_loss" in error]
+
+
+@pytest.mark.parametrize("padding", list(PADDED_ROWS))
+def test_fused_packing_with_padded_rows_is_refused_on_nemo_rl_v0_7_0(padding, checkout):
+    """The checkout's fused packed loss is v0.7.0's (``fused_packing_overruns_rows``; the
+    NeMo-RL suite's ``test_parallel_loss.py`` shows it crashes exactly when this holds), so
+    fuse_loss with a padded packed row is refused, naming the keys and the fix."""
+    from nemo_mmpo.launch.checkout import fused_packing_overruns_rows
+
+    overrides, key = PADDED_ROWS[padding]
+    errors = fused_packing_errors([FUSE_LOSS, *overrides])
+    if not fused_packing_overruns_rows(checkout):
+        assert errors == []
+        pytest.skip(f"{checkout}'s fused packed loss clamps the copy (not v0.7.0's)")
+    assert len(errors) == 1 and key in errors[0]
+    assert errors[0].startswith("policy.sequence_packing.fuse_loss=true with ")
+    assert (
+        "_pack_input_ids" in errors[0]
+        and "Set policy.sequence_packing.fuse_loss=false" in (errors[0])
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [FUSE_LOSS],  # no padded rows: v0.7.0's fused loss is fine
+        ["policy.megatron_cfg.pipeline_model_parallel_size=2"],  # the per-sequence loss
+        [FUSE_LOSS, "policy.sequence_packing.enabled=false", *PADDED_ROWS["fp8"][0]],
+        [FUSE_LOSS, "policy.megatron_cfg.enabled=false", *PADDED_ROWS["pipeline"][0]],
+    ],
+    ids=["fused_alone", "pipeline_unfused", "fused_unpacked", "dtensor"],
+)
+def test_fused_packing_without_padded_rows_passes(overrides):
+    assert fused_packing_errors(overrides) == []
+
+
+def test_fused_packing_passes_on_a_nemo_rl_that_clamps_the_copy(monkeypatch):
+    """Main's ``_pack_input_ids`` clamps the copy: the same settings pass there."""
+    monkeypatch.setattr(
+        "nemo_mmpo.launch.checkout.fused_packing_overruns_rows", lambda nemo_rl_root: False
+    )
+    assert fused_packing_errors([FUSE_LOSS, *PADDED_ROWS["pipeline"][0]]) == []
+
+
+def test_the_v0_7_0_checkout_is_recognised_by_its_code(checkout):
+    """The marker reads ``_pack_input_ids`` itself: the version string is no guide (main's
+    ``package_info.py`` says 0.6.0)."""
+    import re
+
+    from nemo_mmpo.launch.checkout import fused_packing_overruns_rows
+
+    info = (checkout / "nemo_rl" / "package_info.py").read_text(encoding="utf-8")
+    version = ".".join(
+        re.search(rf"^{part} = (\d+)", info, re.M)[1] for part in ("MAJOR", "MINOR", "PATCH")
+    )
+    if version != "0.7.0":
+        pytest.skip(f"{checkout} is NeMo-RL {version}, not v0.7.0")
+    assert fused_packing_overruns_rows(checkout)
+
+
+def async_resume_warnings(recipe: str) -> list[str]:
+    loaded = load_run_config(ROOT / "examples" / "configs" / recipe)
+    return [warning for warning in check(loaded.config).warnings if "resumed" in warning]
+
+
+def test_async_resume_stall_is_read_from_the_code_of_each_snapshot(tmp_path):
+    """v0.7.0's ``async_grpo_train`` trains on a restored step without waiting for the next
+    one to be claimed (NVIDIA-NeMo/RL#3066); main waits. Read from each shipped snapshot."""
+    import tarfile
+
+    from nemo_mmpo.launch.checkout import async_resume_can_stall
+
+    snapshots = sorted((ROOT.parent / "shared" / "nemo-rl").glob("nemo-rl-*.tar.gz"))
+    if not snapshots:
+        pytest.skip("no NeMo-RL snapshots in ../shared/nemo-rl")
+    seen = {}
+    for archive in snapshots:
+        with tarfile.open(archive) as tar:
+            (member,) = [
+                m for m in tar.getmembers() if m.name.endswith("nemo_rl/algorithms/grpo.py")
+            ]
+            target = tmp_path / archive.name / "nemo_rl" / "algorithms" / "grpo.py"
+            target.parent.mkdir(parents=True)
+            target.write_bytes(tar.extractfile(member).read())
+        seen[archive.name] = async_resume_can_stall(tmp_path / archive.name)
+    assert seen.pop("nemo-rl-v0.7.0.tar.gz") is True
+    assert seen and not any(seen.values())  # main, the other snapshot
+
+
+def test_async_recipes_warn_about_resume_on_a_nemo_rl_that_can_stall(checkout):
+    from nemo_mmpo.launch.checkout import async_resume_can_stall
+
+    for recipe in ("mmpo_math_qwen3_4b_async.yaml", "mmpo_tiny_cpu_async.yaml"):
+        warnings = async_resume_warnings(recipe)
+        if async_resume_can_stall(checkout):
+            assert len(warnings) == 1 and "NVIDIA-NeMo/RL#3066" in warnings[0]
+            assert warnings[0].startswith("grpo.async_grpo.enabled=true with the NeMo-RL at ")
+        else:
+            assert warnings == []
+    assert async_resume_warnings("mmpo_tiny_cpu.yaml") == []  # a synchronous recipe

@@ -24,85 +24,71 @@ them in the policy workers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pydantic import Field
 
 from nemo_mmpo.dmpo import PAPER_COEFFICIENT, PAPER_TEMPERATURE, linearized_penalty
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.grouping import group_ids_from_prompt_rows
-from nemo_mmpo.nemo_rl.estimator import config_value
+from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS
+from nemo_mmpo.settings import Settings, parse
 
-LOSS_NAME = "dmpo"
 SHARE_KEY = "dmpo_penalty_share"
 GRADIENT_KEY = "dmpo_penalty_gradient"
-METRIC_PREFIX = "dmpo/"
-#: ``loss_fn`` keys of DMPO, with the paper's values (the authors' ``dmpo_beta`` is the weight).
-PAPER_SETTINGS: dict[str, Any] = {
-    "dmpo_weight": PAPER_COEFFICIENT,
-    "dmpo_temperature": PAPER_TEMPERATURE,
-    "dmpo_filter_zero_signal": True,
-}
 
 
-@dataclass(frozen=True)
-class DMPOSettings:
-    """``loss_fn``'s DMPO settings: penalty weight (lambda), temperature (alpha), filter mode."""
+class DMPOSettings(Settings):
+    """``loss_fn``'s DMPO keys: ``dmpo_weight`` (lambda, the authors' ``dmpo_beta``),
+    ``dmpo_temperature`` (alpha) and ``dmpo_filter_zero_signal`` (true: the authors'
+    ``grpo_dmpo_zero``, the default; false: ``grpo_dmpo``)."""
 
-    weight: float = PAPER_COEFFICIENT
-    temperature: float = PAPER_TEMPERATURE
-    filter_zero_signal: bool = True
+    dmpo_weight: float = Field(PAPER_COEFFICIENT, ge=0.0, allow_inf_nan=False)
+    dmpo_temperature: float = Field(PAPER_TEMPERATURE, gt=0.0, allow_inf_nan=False)
+    dmpo_filter_zero_signal: bool = True
+
+    @property
+    def weight(self) -> float:
+        return self.dmpo_weight
+
+    @property
+    def temperature(self) -> float:
+        return self.dmpo_temperature
+
+    @property
+    def filter_zero_signal(self) -> bool:
+        return self.dmpo_filter_zero_signal
 
     def deviations(self) -> list[str]:
         """``loss_fn.key=value (paper: v)`` for each setting that is not the paper's."""
-        values = (self.weight, self.temperature, self.filter_zero_signal)
+        paper = DMPOSettings()
         return [
-            f"loss_fn.{key}={value!r} (paper: {paper!r})"
-            for (key, paper), value in zip(PAPER_SETTINGS.items(), values, strict=True)
-            if not math.isclose(value, paper, rel_tol=1e-9)  # the YAML spells 1/15 in decimals
+            f"loss_fn.{key}={getattr(self, key)!r} (paper: {getattr(paper, key)!r})"
+            for key in DMPOSettings.model_fields
+            # the YAML spells 1/15 in decimals
+            if not math.isclose(getattr(self, key), getattr(paper, key), rel_tol=1e-9)
         ]
 
 
-def _number(key: str, value: Any, positive: bool) -> float:
-    bound = "> 0" if positive else ">= 0"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise MMPOInputError(f"loss_fn.{key}={value!r} is not valid: give a number {bound}")
-    if (positive and value <= 0) or value < 0:
-        raise MMPOInputError(f"loss_fn.{key}={value!r} is not valid: give a number {bound}")
-    return float(value)
-
-
 def read_dmpo_settings(loss_config: Any) -> DMPOSettings:
-    """Validate the ``dmpo_*`` keys of ``loss_fn`` (mapping or pydantic model).
+    """The ``dmpo_*`` keys of ``loss_fn`` (mapping or pydantic model), validated.
 
     Raises:
         MMPOInputError: naming the key, its value and what is accepted.
     """
-    filter_zero_signal = config_value(
-        loss_config, "dmpo_filter_zero_signal", PAPER_SETTINGS["dmpo_filter_zero_signal"]
-    )
-    if not isinstance(filter_zero_signal, bool):
-        raise MMPOInputError(
-            f"loss_fn.dmpo_filter_zero_signal={filter_zero_signal!r} is not valid: give true "
-            "(the authors' grpo_dmpo_zero, default) or false (grpo_dmpo)"
-        )
-    return DMPOSettings(
-        weight=_number(
-            "dmpo_weight", config_value(loss_config, "dmpo_weight", PAPER_COEFFICIENT), False
-        ),
-        temperature=_number(
-            "dmpo_temperature",
-            config_value(loss_config, "dmpo_temperature", PAPER_TEMPERATURE),
-            True,
-        ),
-        filter_zero_signal=filter_zero_signal,
-    )
+    values = {
+        key: sections.value(loss_config, key)
+        for key in sections.present_keys(loss_config)
+        if key in DMPOSettings.model_fields
+    }
+    return parse(DMPOSettings, values, "loss_fn")
 
 
 def is_dmpo_loss(loss_config: Any) -> bool:
     """Whether ``loss_fn.name`` selects DMPO."""
-    return config_value(loss_config, "name") == LOSS_NAME
+    return sections.value(loss_config, "name") == DMPO_LOSS
 
 
 def prompt_groups(
@@ -171,7 +157,7 @@ def attach_penalty_terms(train_data: Any, settings: DMPOSettings) -> dict[str, f
     )
     train_data[SHARE_KEY] = penalty.shares.to(prev_logprobs.dtype)
     train_data[GRADIENT_KEY] = penalty.gradient.to(prev_logprobs.dtype)
-    return {f"{METRIC_PREFIX}{key}": value for key, value in penalty.metrics.items()}
+    return {f"{DMPO_METRICS}{key}": value for key, value in penalty.metrics.items()}
 
 
 def penalty_term(next_token_logprobs: torch.Tensor, data: Any) -> torch.Tensor:

@@ -1,8 +1,11 @@
-"""The CPU policy and generation backends on a tiny random Llama, through NeMo-RL's code.
+"""The CPU policy and generation engines on a tiny random Llama, through NeMo-RL's code.
 
-Checks the backends' conventions against NeMo-RL's loss and data types, then drives NeMo-RL's
-real ``grpo_train`` with them: real sampling from the model, NeMo-RL's Math-Verify environment
-(a Ray actor) grading it, our estimator and loss, optimizer steps on the model.
+Checks the engines' conventions against NeMo-RL's loss, data types and interfaces: sampled
+tokens' log-probabilities are the policy's at the sampling temperature (computed here by hand,
+so a backend that forgot the temperature on both sides would still fail), one optimizer step
+with NeMo-RL's loss moves the right way, and the separate engine samples from its own copy of
+the weights until a refit. The whole loop (NeMo-RL's ``grpo_train`` with the Math-Verify
+environment) runs in ``test_tiny_run.py``.
 """
 
 from __future__ import annotations
@@ -10,23 +13,23 @@ from __future__ import annotations
 import pytest
 import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
-from test_trainer_loop import PROMPTS, TINY_RUN, initial_save_state, ray_cluster  # noqa: F401
-from trainer_standins import RecordingLogger, char_tokenizer, math_dataset
 
-grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
+pytestmark = pytest.mark.nemo_rl
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 BatchedDataDict = import_nemo_rl("nemo_rl.distributed.batched_data_dict").BatchedDataDict
-collate = import_nemo_rl("nemo_rl.data.collate_fn")
-checkpoint_module = import_nemo_rl("nemo_rl.utils.checkpoint")
-math_environment = import_nemo_rl("nemo_rl.environments.math_environment")
-from torchdata.stateful_dataloader import StatefulDataLoader
+interfaces = {
+    "policy": import_nemo_rl("nemo_rl.models.policy.interfaces").ColocatablePolicyInterface,
+    "generation": import_nemo_rl("nemo_rl.models.generation.interfaces").GenerationInterface,
+}
 
-from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install, tiny_cpu
-from nemo_mmpo.nemo_rl.cpu_backends import CPUGeneration, CPUPolicy, SeparateCPUGeneration
+from nemo_mmpo.cpu.generation import CPUGeneration, SeparateCPUGeneration
+from nemo_mmpo.cpu.model import ModelShape, char_tokenizer
+from nemo_mmpo.cpu.model import tiny_llama as build_tiny_llama
+from nemo_mmpo.cpu.policy import CPUPolicy, DriverSidePolicy
 
 
 def tiny_llama(tokenizer):
-    return tiny_cpu.tiny_llama(tokenizer, tiny_cpu.TinySettings(hidden_size=48))
+    return build_tiny_llama(tokenizer, ModelShape(hidden_size=48), seed=0)
 
 
 def policy_config(**generation):
@@ -50,23 +53,73 @@ def prompt_batch(tokenizer, texts):
     )
 
 
-def test_generation_logprobs_are_the_policys_for_the_sampled_tokens():
-    tokenizer = char_tokenizer()
-    policy = CPUPolicy(tiny_llama(tokenizer), tokenizer, policy_config())
-    generation = CPUGeneration(policy, policy.cfg["generation"])
-    prompts = prompt_batch(tokenizer, ["What is 1 + 2?", "Q7: 3 + 4 ="])
-    output = generation.generate(prompts)
+def by_hand(model, output_ids, temperature):
+    """``log softmax(logits / temperature)`` of each next token, computed here (no padding)."""
+    with torch.no_grad():
+        logits = model(input_ids=output_ids).logits[:, :-1].double()
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    return logprobs.gather(-1, output_ids[:, 1:, None]).squeeze(-1)
+
+
+def assert_generation_logprobs_follow_the_temperature(model, output, prompts, temperature):
+    """The response tokens' ``logprobs`` are ``log softmax(logits / temperature)`` of the
+    sampled tokens, 0 elsewhere; at another temperature they would differ."""
     lengths = output["unpadded_sequence_lengths"]
-    assert torch.equal(output["output_ids"][0, :14], prompts["input_ids"][0, :14])
-    recomputed = policy.get_logprobs(
-        BatchedDataDict({"input_ids": output["output_ids"], "input_lengths": lengths})
-    )["logprobs"]
-    for row in range(2):
+    for row in range(output["output_ids"].shape[0]):
         start, end = int(prompts["input_lengths"][row]), int(lengths[row])
+        ids = output["output_ids"][row : row + 1, :end]
+        expected = by_hand(model, ids, temperature)[0, start - 1 : end - 1]
         torch.testing.assert_close(
-            output["logprobs"][row, start:end], recomputed[row, start:end], atol=1e-5, rtol=0
+            output["logprobs"][row, start:end].double(), expected, atol=1e-5, rtol=0
         )
         assert torch.all(output["logprobs"][row, :start] == 0)
+        assert torch.all(output["logprobs"][row, end:] == 0)
+        if temperature != 1.0:
+            other = by_hand(model, ids, 1.0)[0, start - 1 : end - 1]
+            assert (expected - other).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_generation_logprobs_are_the_policys_for_the_sampled_tokens(temperature):
+    tokenizer = char_tokenizer()
+    config = policy_config(temperature=temperature)
+    policy = CPUPolicy(tiny_llama(tokenizer), tokenizer, config)
+    generation = CPUGeneration(policy, policy.cfg["generation"])
+    prompts = prompt_batch(tokenizer, ["What is 1 + 2?", "Q7: 3 + 4 ="])
+    torch.manual_seed(0)
+    output = generation.generate(prompts)
+    assert torch.equal(output["output_ids"][0, :14], prompts["input_ids"][0, :14])
+    assert_generation_logprobs_follow_the_temperature(policy.model, output, prompts, temperature)
+    recomputed = policy.get_logprobs(
+        BatchedDataDict(
+            {
+                "input_ids": output["output_ids"],
+                "input_lengths": output["unpadded_sequence_lengths"],
+            }
+        )
+    )["logprobs"]
+    mask = output["logprobs"] != 0
+    torch.testing.assert_close(output["logprobs"][mask], recomputed[mask], atol=1e-5, rtol=0)
+
+
+def test_the_engines_and_stand_ins_implement_nemo_rl_interfaces():
+    """Subclasses of NeMo-RL's abstract interfaces: a method NeMo-RL adds (or one we forget)
+    fails at construction, not in the middle of a run."""
+    tokenizer = char_tokenizer()
+    policy = CPUPolicy(tiny_llama(tokenizer), tokenizer, policy_config())
+    assert isinstance(policy, interfaces["policy"])
+    assert isinstance(CPUGeneration(policy, policy.cfg["generation"]), interfaces["generation"])
+    assert issubclass(SeparateCPUGeneration, interfaces["generation"])
+
+    class WithoutTrain(DriverSidePolicy):
+        def get_logprobs(self, *args, **kwargs): ...
+
+        def get_reference_policy_logprobs(self, *args, **kwargs): ...
+
+        def save_checkpoint(self, *args, **kwargs): ...
+
+    with pytest.raises(TypeError, match="train"):
+        WithoutTrain()
 
 
 def test_one_train_step_with_nemo_rl_loss_raises_the_advantaged_response():
@@ -96,8 +149,22 @@ def test_one_train_step_with_nemo_rl_loss_raises_the_advantaged_response():
     assert len(results["all_mb_metrics"]["probs_ratio"]) == 2  # one per micro-batch
 
 
+def test_separate_engine_samples_at_the_temperature_of_its_config(ray_cluster):
+    """The separate engine's log-probabilities (computed in its own process, on its own copy
+    of the weights) are ``log softmax(logits / 0.7)`` of the tokens it sampled at 0.7."""
+    tokenizer = char_tokenizer()
+    policy = CPUPolicy(tiny_llama(tokenizer), tokenizer, policy_config(temperature=0.7))
+    separate = SeparateCPUGeneration(policy, policy.cfg["generation"], seed=0)
+    prompts = prompt_batch(tokenizer, ["What is 1 + 2?", "Q7: 3 + 4 =", "9+9?"])
+    try:
+        output = separate.generate(prompts)
+    finally:
+        separate.shutdown()
+    assert_generation_logprobs_follow_the_temperature(policy.model, output, prompts, 0.7)
+
+
 def test_separate_engine_samples_from_its_copy_until_a_refit_sends_the_policys_weights(
-    ray_cluster,  # noqa: F811
+    ray_cluster,
 ):
     """``SeparateCPUGeneration`` (the async layout): greedy outputs equal the colocated engine's
     on the same weights; after an optimizer step they are the old weights' until NeMo-RL's
@@ -152,67 +219,3 @@ def test_separate_engine_samples_from_its_copy_until_a_refit_sends_the_policys_w
     finally:
         separate.shutdown()
     assert separate.shutdown()  # idempotent: NeMo-RL's trainer and our driver both call it
-
-
-def test_grpo_train_runs_on_the_tiny_model_with_nemo_rl_math_environment(
-    ray_cluster,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-):
-    import ray
-
-    install()
-    config = master_config_from_recipe(
-        "mmpo_math_qwen3_1.7b.yaml", [*TINY_RUN, "grpo.max_num_steps=3"]
-    )
-    tokenizer = char_tokenizer()
-    records = math_dataset(tokenizer, 16)
-    policy = CPUPolicy(tiny_llama(tokenizer), tokenizer, policy_config(max_new_tokens=24))
-    assert tiny_cpu.warm_start(policy.model, tokenizer, records, 150, 1e-2) < 0.5
-    generation = CPUGeneration(policy, policy.cfg["generation"])
-    config.policy["generation"]["max_new_tokens"] = 24
-    environment = math_environment.MathEnvironment.options(
-        runtime_env={
-            "py_executable": import_nemo_rl(
-                "nemo_rl.distributed.virtual_cluster"
-            ).PY_EXECUTABLES.SYSTEM
-        }
-    ).remote({"num_workers": 1})
-    calls = []
-    original = MMPOAdvantageEstimator.compute_advantage
-
-    def recording(self, prompt_ids, rewards, mask, *args, **kwargs):
-        calls.append(rewards.clone())
-        return original(self, prompt_ids, rewards, mask, *args, **kwargs)
-
-    monkeypatch.setattr(MMPOAdvantageEstimator, "compute_advantage", recording)
-    weights_before = [p.detach().clone() for p in policy.model.parameters()]
-    config.checkpointing["checkpoint_dir"] = str(tmp_path / "checkpoints")
-    logger = RecordingLogger()
-    grpo.grpo_train(
-        policy,
-        generation,
-        StatefulDataLoader(
-            records, batch_size=PROMPTS, shuffle=False, collate_fn=collate.rl_collate_fn
-        ),
-        None,
-        tokenizer,
-        grpo.ClippedPGLossFn(config.loss_fn),
-        {"math": environment},
-        None,
-        logger,
-        checkpoint_module.CheckpointManager(config.checkpointing),
-        initial_save_state(),
-        config,
-    )
-    ray.kill(environment)
-    assert len(calls) == 3
-    rewards = torch.cat(calls)
-    assert 0 < rewards.mean() < 1, "the warm start should leave mixed rewards"
-    assert any(
-        not torch.equal(before, after.detach())
-        for before, after in zip(weights_before, policy.model.parameters(), strict=True)
-    )
-    assert [step for step, _ in logger.metrics["train/mmpo/success_rate"]] == [1, 2, 3]
-    saved = tmp_path / "checkpoints" / "step_3" / "policy" / "weights"
-    assert (saved / "config.json").is_file()

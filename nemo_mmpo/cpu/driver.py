@@ -1,0 +1,296 @@
+"""MMPO (or any estimator) in NeMo-RL's own GRPO loop on a laptop: a tiny model learning sums.
+
+``examples/run_mmpo_math.py --config examples/configs/mmpo_tiny_cpu.yaml`` lands in :func:`run`
+when the recipe has ``cpu_backend.enabled: true``. What is ours and what is NeMo-RL's:
+
+- ours: the CPU policy and generation engines (:mod:`nemo_mmpo.cpu.policy`,
+  :mod:`nemo_mmpo.cpu.generation`), the task (:mod:`nemo_mmpo.cpu.task`), the tiny Llama and
+  its tokenizer, the measured warm start (:mod:`nemo_mmpo.cpu.warm_start`), and this driver,
+  which stands where NeMo-RL's ``setup()`` would build GPU workers;
+- NeMo-RL's: ``grpo_train`` (``async_grpo_train`` with its trajectory collector and replay
+  buffer for ``mmpo_tiny_cpu_async.yaml``), batch collation, the Math-Verify
+  ``MathEnvironment`` (a Ray actor), the ``Logger`` (TensorBoard), the ``CheckpointManager``
+  and its resume state, and, through ``install()``, our estimator and loss as on a cluster.
+
+The terminal shows one line per step; NeMo-RL's own output goes to ``<logger.log_dir>/
+nemo_rl.log``. A second run resumes from the newest checkpoint in
+``checkpointing.checkpoint_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nemo_mmpo.cpu.console import ProgressLogger, output_to_file
+from nemo_mmpo.cpu.model import char_tokenizer
+from nemo_mmpo.cpu.node_watch import NodeDiedError, watch_nodes
+from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter, ray_session
+from nemo_mmpo.cpu.rig_settings import TinySettings, sampler_from_generation
+from nemo_mmpo.cpu.task import datum, write_benchmark_file
+from nemo_mmpo.cpu.warm_start import WarmStartSpec, load_or_make
+from nemo_mmpo.errors import MMPOInputError
+
+#: NeMo-RL's full output, in the run's log directory.
+NEMO_RL_LOG = "nemo_rl.log"
+#: The held-out problems, in the run's checkpoint directory (for ``nemo_mmpo.eval``).
+HELD_OUT_FILE = "held_out.jsonl"
+
+
+def plain(value: Any) -> Any:
+    """A config section as plain dicts (NeMo-RL main's are pydantic models, v0.7.0's dicts)."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
+def _save_state(grpo: Any, loaded: dict[str, Any] | None) -> Any:
+    """The trainer's resume state, as NeMo-RL's ``setup()`` builds it (v0.7.0: the loaded
+    dict or the default; main: ``_get_grpo_save_state``, a model with defaults filled in)."""
+    if hasattr(grpo, "_get_grpo_save_state"):  # main
+        return grpo._get_grpo_save_state(loaded)
+    return loaded if loaded is not None else grpo._default_grpo_save_state()
+
+
+def epochs_in_one_pass(records: list, grpo_config: dict[str, Any], seed: int) -> list:
+    """The training records for NeMo-RL's async trainer, whose collector iterates the
+    dataloader once and needs one batch beyond the last step (at the dataloader's end it stops
+    and drops the generation in flight): as many epochs as ``grpo.max_num_steps + 1`` batches
+    need (at most ``grpo.max_num_epochs``), each a seeded permutation, so that no batch
+    straddles two epochs (a prompt twice in one batch would make one group of two groups'
+    rollouts)."""
+    from nemo_mmpo.launch.rules import async_batches_needed
+
+    prompts = grpo_config["num_prompts_per_step"]
+    steps_per_epoch = len(records) // prompts
+    if steps_per_epoch == 0:
+        raise MMPOInputError(
+            f"{len(records)} training problems make no batch of grpo.num_prompts_per_step="
+            f"{prompts}: lower it or raise cpu_backend.task.train_size"
+        )
+    needed = -(-async_batches_needed(grpo_config["max_num_steps"]) // steps_per_epoch)
+    if needed > grpo_config["max_num_epochs"]:
+        raise MMPOInputError(
+            f"grpo.max_num_steps={grpo_config['max_num_steps']} needs {needed} epochs of "
+            f"{steps_per_epoch} batches (one batch more than the steps for NeMo-RL's async "
+            f"collector); set grpo.max_num_epochs={needed} or more"
+        )
+    passes = []
+    for epoch in range(needed):
+        order = list(range(len(records)))
+        random.Random(seed * 100_003 + epoch).shuffle(order)
+        passes.extend(records[index] for index in order[: steps_per_epoch * prompts])
+    return passes
+
+
+def _check_async_run_finished(checkpointer: Any, max_num_steps: int) -> None:
+    """NeMo-RL's ``async_grpo_train`` prints an exception in its loop and returns; it always
+    saves its last step, so a run that stopped early has no checkpoint of ``max_num_steps``."""
+    latest = checkpointer.get_latest_checkpoint_path()
+    info = checkpointer.load_training_info(latest) if latest is not None else None
+    step = int((info or {}).get("current_step", 0))
+    if step < max_num_steps:
+        raise RuntimeError(
+            f"NeMo-RL's async_grpo_train stopped at step {step} of grpo.max_num_steps="
+            f"{max_num_steps} (its error and traceback are in {NEMO_RL_LOG}); the same command "
+            "resumes from the newest checkpoint once the cause is fixed"
+        )
+
+
+def _warn_if_async_resume_can_stall(grpo: Any, note: Any) -> None:
+    """NeMo-RL v0.7.0's async trainer can skip the step after the one it resumes at and wait
+    forever (:func:`~nemo_mmpo.launch.checkout.async_resume_can_stall`): say so up front."""
+    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX, async_resume_can_stall
+
+    root = Path(grpo.__file__).resolve().parents[2]
+    if async_resume_can_stall(root):
+        note(
+            f"warning: the NeMo-RL at {root} lacks {ASYNC_RESUME_FIX}: a resumed async run "
+            "can wait forever for the step after the one it resumes at; if no step follows, "
+            "stop it and resume with a NeMo-RL that has the fix (main does)"
+        )
+
+
+def _resume_note(checkpointer: Any) -> str:
+    """Where the same command resumes from (for an error that ends a run early)."""
+    latest = checkpointer.get_latest_checkpoint_path()
+    if latest is None:
+        return "no checkpoint was written yet: the same command starts the run again"
+    return f"the same command resumes from {latest} once the cluster is whole again"
+
+
+def _policy_model(settings: TinySettings, tokenizer: Any, master: dict, checkpointer, note):
+    """``(model, optimizer path or None, loaded training info or None)``: the newest checkpoint
+    when there is one (resume, as NeMo-RL's ``setup()``), else the warm-started model."""
+    last = checkpointer.get_latest_checkpoint_path()
+    if last is not None:
+        from transformers import LlamaForCausalLM
+
+        weights_path, optimizer_path = checkpointer.get_resume_paths(last)
+        note(f"resuming from {last}")
+        model = LlamaForCausalLM.from_pretrained(weights_path).float().eval()
+        return model, optimizer_path, checkpointer.load_training_info(last), last
+    spec = WarmStartSpec(
+        task=settings.task,
+        shape=settings.model,
+        settings=settings.warm_start,
+        sampler=sampler_from_generation(master["policy"]["generation"]),
+        seed=settings.seed,
+    )
+    cache = None if settings.warm_start_cache is None else Path(settings.warm_start_cache)
+    model, _, _ = load_or_make(spec, tokenizer, cache, log=note)
+    return model, None, None, None
+
+
+def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
+    """Train with NeMo-RL's ``grpo_train`` (``async_grpo_train`` when ``grpo.async_grpo.enabled``)
+    on CPU; returns where things were written.
+
+    Args:
+        raw_config: the resolved recipe (NeMo-RL's ``MasterConfig`` plus ``cpu_backend``).
+        console: where progress lines go (default: the terminal, with NeMo-RL's output in
+            ``<logger.log_dir>/nemo_rl.log``).
+    """
+    raw_config = dict(raw_config)
+    settings = TinySettings.from_config(raw_config.pop("cpu_backend"))
+    log_dir = Path(plain(raw_config["logger"])["log_dir"])
+    if console is not None:
+        return _run(settings, raw_config, console)
+    with output_to_file(log_dir / NEMO_RL_LOG) as terminal:
+        terminal.write(f"[nemo-mmpo] NeMo-RL's output: {log_dir / NEMO_RL_LOG}\n")
+        return _run(settings, raw_config, terminal)
+
+
+def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> dict[str, Any]:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from nemo_mmpo.nemo_rl import install
+
+    install()  # before Ray starts: the estimator and loss hooks, the workers' path
+    from nemo_rl.algorithms import grpo
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from nemo_rl.data.utils import load_dataloader_state
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+    from nemo_rl.utils.checkpoint import CheckpointManager
+    from nemo_rl.utils.logger import Logger
+
+    from nemo_mmpo.cpu.policy import CPUPolicy
+
+    master_config = grpo.MasterConfig(**raw_config)  # NeMo-RL validates it (v0.7.0 and main)
+    master = {name: plain(getattr(master_config, name)) for name in raw_config}
+    grpo_config = master["grpo"]
+
+    def note(message: str) -> None:
+        console.write(f"[nemo-mmpo] {message}\n")
+        console.flush()
+
+    random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    tokenizer = char_tokenizer()
+    train, held_out = settings.task.split()
+    records = [datum(tokenizer, problem, index) for index, problem in enumerate(train)]
+    checkpointer = CheckpointManager(master_config.checkpointing)
+    checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
+    held_out_file = write_benchmark_file(checkpoint_dir / HELD_OUT_FILE, held_out)
+    model, optimizer_path, loaded_info, last = _policy_model(
+        settings, tokenizer, master, checkpointer, note
+    )
+    # The RL run's randomness starts here, the same whether the warm start was trained now or
+    # read from the cache (it draws from the global RNG).
+    random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    policy_config = dict(master["policy"], optimizer={"kwargs": {"lr": settings.learning_rate}})
+    policy = CPUPolicy(model, tokenizer, policy_config)
+    if optimizer_path is not None:
+        policy.load_optimizer(optimizer_path)
+    asynchronous = bool((grpo_config.get("async_grpo") or {}).get("enabled"))
+    dataloader = StatefulDataLoader(
+        epochs_in_one_pass(records, grpo_config, settings.seed) if asynchronous else records,
+        batch_size=grpo_config["num_prompts_per_step"],
+        # sync: shuffled from the seeded global RNG, as NeMo-RL's setup() (an explicit
+        # generator is not restored by StatefulDataLoader at an epoch's end); async: the
+        # epochs are already shuffled into the one pass
+        shuffle=not asynchronous,
+        collate_fn=rl_collate_fn,
+        drop_last=True,
+    )
+    if last is not None:  # resume as NeMo-RL's setup() does, with its own helper
+        load_dataloader_state(dataloader, last, master["data"])
+        if asynchronous:
+            _warn_if_async_resume_can_stall(grpo, note)
+    save_state = _save_state(grpo, loaded_info)
+    with cpu_engines(policy, settings, master) as (generation, environment):
+        arguments = {
+            "policy": policy,
+            "policy_generation": generation,
+            "val_dataloader": None,
+            "tokenizer": tokenizer,
+            "loss_fn": grpo.ClippedPGLossFn(master_config.loss_fn),
+            "task_to_env": {"math": environment},
+            "val_task_to_env": None,
+            "logger": ProgressLogger(
+                Logger(master_config.logger), grpo_config["max_num_steps"], console
+            ),
+            "checkpointer": checkpointer,
+            "grpo_save_state": save_state,
+            "master_config": master_config,
+        }
+        if asynchronous:
+            age = grpo_config["async_grpo"]["max_trajectory_age_steps"]
+            try:  # a Ray node lost under NeMo-RL's async loop: an error, not an endless wait
+                with collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM), watch_nodes():
+                    grpo.async_grpo_train(
+                        dataloader=dataloader, max_trajectory_age_steps=age, **arguments
+                    )
+            except NodeDiedError as error:
+                raise NodeDiedError(f"{error}; {_resume_note(checkpointer)}") from None
+            if master["checkpointing"].get("enabled", True):
+                _check_async_run_finished(checkpointer, grpo_config["max_num_steps"])
+        else:
+            grpo.grpo_train(wrapped_dataloader=dataloader, **arguments)
+    latest = checkpointer.get_latest_checkpoint_path()
+    summary = {
+        "checkpoint": None if latest is None else str(Path(latest) / "policy" / "weights"),
+        "held_out_file": str(held_out_file),
+        "log_dir": master["logger"]["log_dir"],
+    }
+    note(json.dumps(summary))
+    return summary
+
+
+@contextmanager
+def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[tuple[Any, Any]]:
+    """``(generation engine, NeMo-RL's math environment)`` in a Ray session (placed where
+    ``cpu_backend.placement`` says), both stopped afterwards."""
+    import ray
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+    from nemo_rl.environments.math_environment import MathEnvironment
+
+    from nemo_mmpo.cpu.generation import CPUGeneration, SeparateCPUGeneration
+
+    asynchronous = bool((master["grpo"].get("async_grpo") or {}).get("enabled"))
+    placement = settings.placement
+    generation_config = master["policy"]["generation"]
+    with ray_session():
+        if asynchronous:  # NeMo-RL's async layout: generation in its own process, refit each step
+            generation = SeparateCPUGeneration(
+                policy, generation_config, settings.seed, placement.generation
+            )
+        else:
+            generation = CPUGeneration(policy, generation_config)
+        environment = MathEnvironment.options(
+            runtime_env={"py_executable": PY_EXECUTABLES.SYSTEM}, **placement.environment
+        ).remote(master["env"]["math"])
+        try:
+            yield generation, environment
+        finally:
+            generation.shutdown()
+            ray.kill(environment)

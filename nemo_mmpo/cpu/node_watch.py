@@ -1,0 +1,103 @@
+"""A clear error, not a hang, when a Ray node dies under a run.
+
+NeMo-RL's ``async_grpo_train`` waits for its replay buffer without a deadline, and its
+trajectory collector prints and swallows the errors of the generation and environment calls
+that would have filled it; NeMo-RL's ``MathEnvironment`` restarts without limit
+(``max_restarts=-1``), so an environment placed on a node that died waits for that node to come
+back. A node lost under an async run would leave the driver waiting forever.
+
+:func:`watch_nodes` reads Ray's node table (``ray.nodes()``, from the GCS) every ``period``
+seconds in a thread. When a node that was alive when the block started is no longer alive, it
+interrupts the main thread (the way Ctrl-C does, through ``SIGINT``'s Python handler, replaced
+for the block) with :class:`NodeDiedError`, again every period until the block ends: NeMo-RL's
+loop catches it as any error, runs its own clean-up and returns, and the block then raises it.
+A real Ctrl-C still reaches the previous handler.
+"""
+
+from __future__ import annotations
+
+import _thread
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: Ray's own resources, left out of a node's description (the custom ones say what it was for).
+_RAY_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "node:", "accelerator_type:")
+
+
+class NodeDiedError(RuntimeError):
+    """A Ray node the run used died; the message names it."""
+
+
+def describe(node: dict[str, Any]) -> str:
+    """``<id> (<address>, resources a, b)`` for a row of ``ray.nodes()``."""
+    custom = sorted(
+        name for name in node.get("Resources", {}) if not name.startswith(_RAY_RESOURCES)
+    )
+    resources = f", resources {', '.join(custom)}" if custom else ""
+    return f"{node['NodeID'][:12]} ({node.get('NodeManagerAddress', '?')}{resources})"
+
+
+@contextmanager
+def watch_nodes(period: float = 1.0) -> Iterator[None]:
+    """Raise :class:`NodeDiedError` in the block as soon as a Ray node that was alive when it
+    started has died (within about ``period`` seconds of Ray's GCS marking it dead).
+
+    Must be entered from the main thread (Python runs signal handlers there); elsewhere the
+    block runs unwatched.
+    """
+    import ray
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    watched = {node["NodeID"]: node for node in ray.nodes() if node["Alive"]}
+    lost: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def error() -> NodeDiedError:
+        names = "; ".join(describe(node) for node in lost)
+        return NodeDiedError(f"Ray node {names} died during training")
+
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if lost:
+            raise error()
+        if callable(previous):  # a real Ctrl-C: what it did before the block
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def watch() -> None:
+        while not done.wait(period):
+            if not lost:
+                try:
+                    alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+                except Exception:  # the GCS did not answer this time; ask again
+                    continue
+                lost.extend(node for key, node in watched.items() if key not in alive)
+            if lost and not done.is_set():
+                _thread.interrupt_main(signal.SIGINT)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    thread = threading.Thread(target=watch, name="nemo-mmpo-node-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    except NodeDiedError:
+        raise
+    except BaseException as other:  # another error on the way (a dead actor's): the node's
+        if lost:
+            raise error() from other
+        raise
+    finally:
+        done.set()
+        thread.join(timeout=period + 10)
+        # signal.signal runs a simulated SIGINT still pending (with our handler) before it
+        # puts the previous handler back
+        signal.signal(signal.SIGINT, previous)
+    if lost:  # NeMo-RL's loop caught the interrupt and returned
+        raise error()

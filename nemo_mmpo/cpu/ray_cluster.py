@@ -1,0 +1,104 @@
+"""The Ray cluster the tiny run uses: join the one this process runs in, else start one.
+
+- :func:`running_cluster_address` / :func:`start_ray` / :func:`ray_session`: ``RAY_ADDRESS``,
+  or the cluster ``ray start`` recorded on this machine (NeMo-RL's ``ray.sub`` starts the
+  head there) when it answers, else a new local cluster; ``RAY_ADDRESS`` names it for NeMo-RL
+  code that looks Ray up by ``address="auto"``;
+- :func:`collector_on_this_interpreter`: NeMo-RL's async trajectory collector and replay
+  buffer on the driver's interpreter (NeMo-RL starts them in its vLLM environment).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def running_cluster_address() -> str | None:
+    """The address of the Ray cluster this process should join, if one is running:
+    ``RAY_ADDRESS``, else the one ``ray start`` recorded on this machine (NeMo-RL's ``ray.sub``
+    starts the head there) when its GCS answers. A recorded cluster that has stopped is
+    ignored (Ray's own ``address="auto"`` would wait for it and then abort the process)."""
+    import socket
+    import tempfile
+
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    record = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    try:
+        address = record.read_text().strip()
+        host, port = address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=2):
+            return address
+    except (OSError, ValueError):
+        return None
+
+
+def start_ray() -> bool:
+    """Join the running Ray cluster (:func:`running_cluster_address`), else start a local one
+    with this machine's CPUs; returns whether this call started it.
+
+    Either way ``RAY_ADDRESS`` then names the cluster: NeMo-RL's memory tracker looks Ray up
+    by ``address="auto"``, which fails when other Ray instances run on the machine.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        options = {"include_dashboard": False, "log_to_driver": False}
+        address = running_cluster_address()
+        if address is not None:
+            ray.init(address=address, **options)
+        else:
+            # address="local": a new cluster even if other Ray instances run on this machine
+            ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), **options)
+            os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+            return True
+    os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+    return False
+
+
+@contextmanager
+def ray_session() -> Iterator[None]:
+    """:func:`start_ray` for the block; a cluster it started is shut down afterwards, and
+    ``RAY_ADDRESS`` is what it was before."""
+    import ray
+
+    previous = os.environ.get("RAY_ADDRESS")
+    started = start_ray()
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+        if previous is None:
+            os.environ.pop("RAY_ADDRESS", None)
+        else:
+            os.environ["RAY_ADDRESS"] = previous
+
+
+@contextmanager
+def collector_on_this_interpreter(executable: str) -> Iterator[None]:
+    """Run NeMo-RL's async trajectory collector and replay buffer on the driver's interpreter
+    while the block runs.
+
+    NeMo-RL's registry starts them in its uv-built vLLM environment, which a CPU machine does
+    not have (``NEMO_RL_PY_EXECUTABLES_SYSTEM=1`` does the same for every actor).
+    """
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+
+    names = [
+        f"nemo_rl.algorithms.async_utils.{actor}"
+        for actor in ("AsyncTrajectoryCollector", "ReplayBuffer")
+    ]
+    previous = {name: ACTOR_ENVIRONMENT_REGISTRY.get(name) for name in names}
+    ACTOR_ENVIRONMENT_REGISTRY.update(dict.fromkeys(names, executable))
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                ACTOR_ENVIRONMENT_REGISTRY.pop(name, None)
+            else:
+                ACTOR_ENVIRONMENT_REGISTRY[name] = value

@@ -1,0 +1,59 @@
+"""The recipe's ``cpu_backend`` section, typed: unknown keys and bad values are refused by name.
+
+cpu_backend:
+  enabled: true
+  seed: 0                       # model initialisation, warm start, RL sampling
+  learning_rate: 5.0e-5         # the RL policy's AdamW
+  model: {hidden_size: 128, num_layers: 2, num_heads: 4}
+  task: {held_out_per_stratum: 60, train_size: 2000, split_seed: 0}
+  warm_start: {target_low: 0.25, target_high: 0.55, learning_rate: 1.0e-3, ...}
+  warm_start_cache: results/warm_starts   # null: train the warm start every time
+  placement: {}                 # Ray actor options of the generation engine / environment
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from nemo_mmpo.cpu.model import ModelShape
+from nemo_mmpo.cpu.task import AdditionTask
+from nemo_mmpo.cpu.warm_start import Sampler, WarmStartSettings
+from nemo_mmpo.settings import Settings, parse
+
+CPU_SECTION = "cpu_backend"
+
+
+class Placement(Settings):
+    """Ray actor options (for example ``resources: {worker: 1}``) for the actors the CPU rig
+    starts: the separate generation engine (async runs) and NeMo-RL's math environment."""
+
+    generation: dict[str, Any] = Field(default_factory=dict)
+    environment: dict[str, Any] = Field(default_factory=dict)
+
+
+class TinySettings(Settings):
+    """The CPU rig's settings (``cpu_backend`` in the recipe)."""
+
+    enabled: bool = True
+    seed: int = 0
+    learning_rate: float = Field(5e-5, gt=0.0)
+    model: ModelShape = Field(default_factory=ModelShape)
+    task: AdditionTask = Field(default_factory=AdditionTask)
+    warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
+    warm_start_cache: str | None = "results/warm_starts"
+    placement: Placement = Field(default_factory=Placement)
+
+    @classmethod
+    def from_config(cls, section: Any) -> TinySettings:
+        return parse(cls, section, CPU_SECTION)
+
+
+def sampler_from_generation(generation: dict[str, Any]) -> Sampler:
+    """The RL run's sampling settings (``policy.generation``), which the warm start measures."""
+    return Sampler(
+        temperature=float(generation.get("temperature", 1.0)),
+        top_p=float(generation.get("top_p") or 1.0),
+        max_new_tokens=int(generation["max_new_tokens"]),
+    )

@@ -1,0 +1,208 @@
+"""The paper's evaluation of one checkpoint, as a step of a training run.
+
+The recipe's ``evaluation`` section (:class:`EvaluationSettings`) names the benchmarks and the
+sampler (paper: 16 samples per problem, temperature 0.6, top-p 0.95). :func:`evaluate_step`
+samples every problem through any object with ``generate(prompts, n)`` (the CPU engines, the
+``hf`` and ``vllm`` samplers of :mod:`nemo_mmpo.eval.generate`), grades with the training
+reward's Math-Verify scorer, appends the rollouts to ``step_<N>.jsonl`` (the format ``nemo-mmpo
+eval report`` reads; each line flushed, so an interrupted step resumes where it stopped and
+repeats no sample), then writes the step's numbers to ``step_<N>.json`` atomically: that file
+marks the step done. It returns the numbers (:func:`flat_metrics` makes NeMo-RL metrics).
+
+The numbers come from the project's metric code (:mod:`nemo_mmpo.eval.metrics`, through
+:func:`step_metrics`) on the rollouts as :mod:`nemo_mmpo.eval.rollouts` reads them back, so
+``nemo-mmpo eval report`` on ``step_<N>.jsonl`` gives the same values. Per step:
+
+- per benchmark: ``avg@n`` (mean correctness over the n samples, an unbiased avg@1) and
+  unbiased ``pass@k`` for k in ``pass_at`` (k <= n);
+- ``average``: the mean of the benchmarks' avg@n (the paper's average column) and ``accuracy``,
+  pooled over all problems (NeMo-RL's validation accuracy, for its checkpoint selection);
+- over all problems: ``gini/alpha_<a>`` of per-problem success (problems with success in
+  ``[a, 1-a]``, mean-normalised), ``never_solved`` (no success in n samples) and the
+  first-success distribution (``P(first success at attempt t)``, in ``step_<N>.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.metrics import (
+    STEP_PASS_AT,
+    first_success_distribution,
+    gini_by_method,
+    pass_at_k,
+)
+from nemo_mmpo.eval.rollouts import ProblemCounts, load_run
+from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.settings import Settings, parse
+
+#: Prefix of the evaluation's metrics in NeMo-RL's logger (under its ``validation/``).
+METRIC_PREFIX = "paper/"
+GINI_ALPHAS = (0.0, 0.1)
+
+
+class EvaluationSettings(Settings):
+    """The recipe's ``evaluation`` section: the paper's protocol over a run.
+
+    Attributes:
+        enabled: evaluate at all.
+        in_loop: inside NeMo-RL's loop at ``grpo.val_period`` (generation backends that can
+            sample with their own settings: the CPU engines); false: NeMo-RL validates as it
+            does, and ``nemo-mmpo eval watch`` evaluates the checkpoints alongside.
+        benchmarks: ``{name: local JSONL/Parquet file, or null for the hub's copy}``.
+        samples, temperature, top_p, max_new_tokens: the sampler (the paper's by default).
+        template: the prompt around each problem (``{}`` is the problem).
+        output_dir: where ``step_<N>.jsonl`` / ``step_<N>.json`` go.
+        pass_at, gini_alphas: what each step reports.
+    """
+
+    enabled: bool = False
+    in_loop: bool = False
+    benchmarks: dict[str, str | None] = Field(default_factory=dict)
+    samples: int = Field(16, ge=1)
+    temperature: float = Field(0.6, ge=0.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(4096, ge=1)
+    template: str = "{}"
+    output_dir: str = "logs/evaluation"
+    pass_at: tuple[int, ...] = STEP_PASS_AT
+    gini_alphas: tuple[float, ...] = GINI_ALPHAS
+
+    @field_validator("template")
+    @classmethod
+    def _has_slot(cls, value: str) -> str:
+        if "{}" not in value:
+            raise MMPOInputError(f"template {value!r}: put {{}} where the problem goes")
+        return value
+
+    @field_validator("pass_at")
+    @classmethod
+    def _positive(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or min(value) < 1:
+            raise MMPOInputError(f"pass_at {list(value)}: give integers >= 1")
+        return value
+
+
+def read_settings(section: Any) -> EvaluationSettings:
+    return parse(EvaluationSettings, section, "evaluation")
+
+
+def load_problems(settings: EvaluationSettings) -> list[dict[str, Any]]:
+    """Every benchmark's problems (``{"id", "problem", "answer", "source"}``)."""
+    from nemo_mmpo.data import load_benchmark
+
+    if not settings.benchmarks:
+        raise MMPOInputError("evaluation.benchmarks is empty: name at least one benchmark")
+    return [
+        record
+        for name, path in settings.benchmarks.items()
+        for record in load_benchmark(name, path)
+    ]
+
+
+def step_metrics(counts: ProblemCounts, settings: EvaluationSettings) -> dict[str, Any]:
+    """The step's numbers from per-problem counts (see the module docstring)."""
+    numbers: dict[str, Any] = {"benchmarks": {}}
+    averages = []
+    for benchmark in counts.benchmarks:
+        subset = counts.benchmark(benchmark)
+        samples = int(subset.samples.min())
+        entry = {
+            "problems": len(subset.keys),
+            "samples_per_problem": samples,
+            f"avg@{samples}": float(np.mean(subset.correct / subset.samples)),
+        }
+        for k in settings.pass_at:
+            if k <= samples:
+                entry[f"pass@{k}"] = float(pass_at_k(subset.samples, subset.correct, k).mean())
+        numbers["benchmarks"][benchmark] = entry
+        averages.append(entry[f"avg@{samples}"])
+    numbers["average"] = float(np.mean(averages))
+    numbers["accuracy"] = float(counts.correct.sum() / counts.samples.sum())
+    success = counts.correct / counts.samples
+    numbers["gini"] = {}
+    for alpha in settings.gini_alphas:
+        result = gini_by_method({"run": success}, alpha)
+        numbers["gini"][f"alpha_{alpha:g}"] = float(result["methods"]["run"]["gini"])
+    distribution = first_success_distribution(counts.samples, counts.correct)
+    numbers["never_solved"] = distribution["never_solved"]
+    numbers["first_success"] = [float(value) for value in distribution["pmf"]]
+    return numbers
+
+
+def flat_metrics(numbers: dict[str, Any]) -> dict[str, float]:
+    """The step's numbers as ``paper/...`` scalars for NeMo-RL's logger."""
+    flat = {
+        f"{METRIC_PREFIX}average": numbers["average"],
+        f"{METRIC_PREFIX}accuracy": numbers["accuracy"],
+        f"{METRIC_PREFIX}never_solved": numbers["never_solved"],
+    }
+    for benchmark, entry in numbers["benchmarks"].items():
+        for key, value in entry.items():
+            if key.startswith(("avg@", "pass@")):
+                flat[f"{METRIC_PREFIX}{benchmark}/{key}"] = value
+    for key, value in numbers["gini"].items():
+        flat[f"{METRIC_PREFIX}gini/{key}"] = value
+    return flat
+
+
+def step_paths(output_dir: str | Path, step: int) -> tuple[Path, Path]:
+    """``(rollouts, numbers)`` files of ``step`` in ``output_dir``."""
+    return Path(output_dir) / f"step_{step}.jsonl", Path(output_dir) / f"step_{step}.json"
+
+
+def evaluate_step(
+    sampler: Any,
+    grade: Any,
+    problems: Sequence[dict[str, Any]],
+    settings: EvaluationSettings,
+    step: int,
+    output_dir: str | Path | None = None,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """Sample, grade, write and measure one step; returns the numbers (also in the JSON).
+
+    Args:
+        sampler: ``generate(prompts, n) -> [[response] * n]`` at the protocol's settings.
+        grade: ``(golds, predictions) -> [Verdict]``.
+        problems: from :func:`load_problems`.
+        batch_size: problems per call of ``sampler.generate``.
+    """
+    from nemo_mmpo.eval.generate import run_generation
+
+    started = time.monotonic()
+    rollouts, record = step_paths(output_dir or settings.output_dir, step)
+    run_generation(
+        problems,
+        sampler,
+        grade,
+        rollouts,
+        settings.samples,
+        batch_size=batch_size,
+        template=settings.template,
+        progress=False,
+    )
+    numbers = step_metrics(load_run([rollouts]), settings)
+    numbers.update(step=step, rollouts=rollouts.name, seconds=time.monotonic() - started)
+    write_text_atomic(record, json.dumps(numbers, indent=2) + "\n")
+    return numbers
+
+
+def read_steps(output_dir: str | Path) -> dict[int, dict[str, Any]]:
+    """Every finished step's numbers in ``output_dir`` (``step_<N>.json``), by step."""
+    steps = {}
+    for path in sorted(Path(output_dir).glob("step_*.json")):
+        try:
+            step = int(path.stem.removeprefix("step_"))
+        except ValueError:
+            continue
+        steps[step] = json.loads(path.read_text())
+    return dict(sorted(steps.items()))

@@ -1,0 +1,168 @@
+"""The run plan ``--dry-run`` prints: what will run where, built section by section.
+
+Each section is a function of the resolved config returning its lines; :func:`describe` joins
+them. The CPU rig (``cpu_backend.enabled``) has its own cluster, training and generation
+sections instead of the GPU ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemo_mmpo.launch.loader import LoadedConfig
+from nemo_mmpo.nemo_rl.sections import value
+
+
+def _cpu(config: dict[str, Any]) -> dict[str, Any] | None:
+    section = value(config, "cpu_backend")
+    return section if section and section.get("enabled") else None
+
+
+def _parallel_layout(config: dict[str, Any]) -> tuple[str, int, int, int]:
+    if value(config, "policy.megatron_cfg.enabled", False):
+        return (
+            "Megatron",
+            value(config, "policy.megatron_cfg.tensor_model_parallel_size", 1),
+            value(config, "policy.megatron_cfg.pipeline_model_parallel_size", 1),
+            value(config, "policy.megatron_cfg.context_parallel_size", 1),
+        )
+    return (
+        "DTensor",
+        value(config, "policy.dtensor_cfg.tensor_parallel_size", 1),
+        1,
+        value(config, "policy.dtensor_cfg.context_parallel_size", 1),
+    )
+
+
+def data_parallel_size(config: dict[str, Any]) -> int | None:
+    """Training GPUs / (tensor x pipeline x context), None when it does not divide."""
+    if _cpu(config):
+        return 1
+    gpus = value(config, "cluster.num_nodes", 1) * value(config, "cluster.gpus_per_node", 1)
+    if not value(config, "policy.generation.colocated.enabled", True):
+        resources = value(config, "policy.generation.colocated.resources") or {}
+        gpus -= (resources.get("num_nodes") or 1) * (resources.get("gpus_per_node") or 0)
+    _, tensor, pipeline, context = _parallel_layout(config)
+    model_parallel = tensor * pipeline * context
+    return gpus // model_parallel if gpus > 0 and gpus % model_parallel == 0 else None
+
+
+def _mode(config: dict[str, Any]) -> str:
+    return "asynchronous GRPO" if value(config, "grpo.async_grpo.enabled", False) else "GRPO"
+
+
+def hardware_section(config: dict[str, Any]) -> list[str]:
+    cpu = _cpu(config)
+    if cpu is not None:
+        asynchronous = value(config, "grpo.async_grpo.enabled", False)
+        trainer = "async_grpo_train" if asynchronous else "grpo_train"
+        engine = (
+            "its own copy of the weights in a CPU Ray actor, refit after every optimizer step"
+            if asynchronous
+            else "the policy's weights"
+        )
+        model = cpu.get("model") or {}
+        band = cpu.get("warm_start") or {}
+        return [
+            "cluster: this machine's CPUs (no GPU)",
+            f"training: {_mode(config)} in NeMo-RL's {trainer}, nemo-mmpo CPU policy (driver "
+            f"process): tiny Llama, hidden {model.get('hidden_size')} x "
+            f"{model.get('num_layers')} layers, AdamW lr {cpu.get('learning_rate')}, warm start "
+            f"until sampled success is in [{band.get('target_low')}, {band.get('target_high')}]",
+            f"generation: transformers sampling on {engine} (nemo-mmpo CPU backend)",
+        ]
+    nodes = value(config, "cluster.num_nodes", 1)
+    per_node = value(config, "cluster.gpus_per_node", 1)
+    backend, tensor, pipeline, context = _parallel_layout(config)
+    data_parallel = data_parallel_size(config)
+    colocated = value(config, "policy.generation.colocated.enabled", True)
+    if colocated:
+        placement = "colocated with training"
+    else:
+        resources = value(config, "policy.generation.colocated.resources") or {}
+        generation_gpus = (resources.get("num_nodes") or 1) * (resources.get("gpus_per_node") or 0)
+        placement = (
+            f"on separate GPUs ({generation_gpus} for generation, "
+            f"{nodes * per_node - generation_gpus} for training)"
+        )
+    return [
+        f"cluster: {nodes} node(s) x {per_node} GPU(s) = {nodes * per_node} GPU(s)",
+        f"training: {_mode(config)}, {backend}, tensor {tensor} x pipeline {pipeline} x context "
+        f"{context} -> data parallel "
+        f"{data_parallel if data_parallel else 'INVALID (does not divide GPUs)'}",
+        f"generation: {value(config, 'policy.generation.backend', 'vllm')}, tensor parallel "
+        f"{value(config, 'policy.generation.vllm_cfg.tensor_parallel_size', 1)}, {placement}",
+    ]
+
+
+def batch_section(config: dict[str, Any]) -> list[str]:
+    prompts = value(config, "grpo.num_prompts_per_step")
+    group_size = value(config, "grpo.num_generations_per_prompt")
+    rollouts = prompts * group_size
+    lines = [f"rollouts/step: {prompts} prompts x {group_size} generations = {rollouts}"]
+    global_batch = value(config, "policy.train_global_batch_size")
+    micro_batch = value(config, "policy.train_micro_batch_size")
+    data_parallel = data_parallel_size(config)
+    if isinstance(global_batch, int) and global_batch:
+        accumulation = (
+            global_batch // (micro_batch * data_parallel) if data_parallel and micro_batch else "?"
+        )
+        lines.append(
+            f"optimizer: {rollouts // global_batch} step(s) per rollout batch of {global_batch} "
+            f"sequences (micro batch {micro_batch}, gradient accumulation {accumulation})"
+        )
+    lines.append(
+        f"sequence: max total {value(config, 'policy.max_total_sequence_length')} tokens, "
+        f"max new {value(config, 'policy.generation.max_new_tokens')}; temperature "
+        f"{value(config, 'policy.generation.temperature')}, top-p "
+        f"{value(config, 'policy.generation.top_p')}"
+    )
+    return lines
+
+
+def objective_section(config: dict[str, Any]) -> list[str]:
+    from nemo_mmpo.nemo_rl.dmpo_batch_terms import is_dmpo_loss, read_dmpo_settings
+    from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, read_estimator_settings
+
+    estimator = value(config, "grpo.adv_estimator") or {}
+    if is_our_estimator(estimator.get("name")):
+        lines = [f"advantage: nemo-mmpo {read_estimator_settings(estimator).describe()}"]
+    else:
+        lines = [f"advantage: NeMo-RL built-in {estimator.get('name')!r}"]
+    lines.append(
+        f"loss: {value(config, 'loss_fn.name', 'clipped_pg')}, clip "
+        f"[{value(config, 'loss_fn.ratio_clip_min')}, {value(config, 'loss_fn.ratio_clip_max')}],"
+        f" KL {value(config, 'loss_fn.reference_policy_kl_penalty')}"
+    )
+    if is_dmpo_loss(value(config, "loss_fn")):
+        settings = read_dmpo_settings(value(config, "loss_fn"))
+        mode = "zero-signal groups left out" if settings.filter_zero_signal else "all groups"
+        lines.append(
+            f"  + DMPO penalty: weight {settings.weight:g}, temperature "
+            f"{settings.temperature:.6g}, {mode}"
+        )
+    return lines
+
+
+def outputs_section(config: dict[str, Any]) -> list[str]:
+    return [
+        f"validation: every {value(config, 'grpo.val_period')} steps; checkpoints: "
+        f"{value(config, 'checkpointing.checkpoint_dir')}; logs: "
+        f"{value(config, 'logger.log_dir')}"
+    ]
+
+
+PLAN_SECTIONS = (hardware_section, batch_section, objective_section, outputs_section)
+
+
+def describe(loaded: LoadedConfig) -> str:
+    """The plan of ``loaded``: its source and loader, then each section's lines."""
+    config = loaded.config
+    lines = [
+        f"config: {loaded.source}" + (f" {' '.join(loaded.overrides)}" if loaded.overrides else ""),
+        f"config loader: {loaded.loader}",
+        f"model: {value(config, 'policy.model_name')}",
+    ]
+    for section in PLAN_SECTIONS:
+        lines.extend(section(config))
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""NeMo-RL advantage estimator for MMPO and the paper's baselines.
+
+Implements NeMo-RL's estimator contract (``nemo_rl/algorithms/advantage_estimator.py``):
+constructed from ``(estimator_config, loss_config)``; ``compute_advantage(prompt_ids, rewards,
+mask, **kwargs)`` returns token-level advantages ``[batch, seq_len]``. The config
+(``grpo.adv_estimator``, :mod:`nemo_mmpo.nemo_rl.estimator_settings`) is a plain mapping
+(NeMo-RL v0.7.0's TypedDict) or a pydantic model with extra fields (main).
+
+The step's ``mmpo/`` metrics travel three ways, for the three kinds of trainer:
+
+- NeMo-RL with ``AdvantageResult`` (pull request #3512: trainers read ``.advantages`` and
+  ``.metrics``): the estimator returns one, with the metrics in it;
+- today's ``async_grpo_train`` reads the informal ``last_metrics`` attribute;
+- today's ``grpo_train`` and ``grpo_train_sync`` read neither: the returned tensor carries the
+  metrics (:data:`STEP_METRICS_ATTRIBUTE`) to ``_log_mixed_rewards_and_advantages_information``,
+  which NeMo-RL calls next with that very tensor, and whose hook adds them
+  (:mod:`nemo_mmpo.nemo_rl.hooks`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from nemo_mmpo.diagnostics import group_statistics
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.estimators import advantages_for_groups
+from nemo_mmpo.grouping import RewardGroups, group_ids_from_prompt_rows
+from nemo_mmpo.nemo_rl.estimator_settings import read_estimator_settings
+from nemo_mmpo.nemo_rl.names import ESTIMATOR_METRICS
+
+#: Attribute of the returned advantages that holds the step's metrics (today's trainers).
+STEP_METRICS_ATTRIBUTE = "nemo_mmpo_step_metrics"
+
+
+def advantage_result_type() -> type | None:
+    """NeMo-RL's ``AdvantageResult`` when the installed NeMo-RL has one (else None)."""
+    try:
+        from nemo_rl.algorithms import advantage_estimator
+    except ImportError:
+        return None
+    return getattr(advantage_estimator, "AdvantageResult", None)
+
+
+def _non_binary_hint(error: MMPOInputError) -> MMPOInputError:
+    message = str(error)
+    if "binary" not in message:
+        return error
+    return MMPOInputError(
+        f"{message}. In NeMo-RL: set grpo.reward_scaling.enabled=false and "
+        "grpo.reward_shaping.enabled=false, or set grpo.adv_estimator.reward_threshold"
+    )
+
+
+class MMPOAdvantageEstimator:
+    """MMPO (and baseline) advantages for NeMo-RL's GRPO trainers.
+
+    Paper: *Beyond the Mean: Multi-Moment Policy Optimization for LLM Reasoning*;
+    Eq. biased_advantage (``estimator: plugin``) and Eq. unbiased_advantage
+    (``estimator: unbiased``), or the baselines of :mod:`nemo_mmpo.baselines`.
+    """
+
+    def __init__(self, estimator_config: Any, loss_config: Any = None) -> None:
+        self.settings = read_estimator_settings(estimator_config)
+        self.objective = self.settings.objective
+        self.last_metrics: dict[str, float] = {}
+        self.result_type = advantage_result_type()
+
+    def compute_advantage(
+        self,
+        prompt_ids: torch.Tensor,
+        rewards: torch.Tensor,
+        mask: torch.Tensor,
+        valid_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Token-level advantages (an ``AdvantageResult`` where NeMo-RL has that type).
+
+        Args:
+            prompt_ids: ``[batch, prompt_len]`` padded prompt tokens; equal rows form a group.
+            rewards: ``[batch]`` verifier rewards (0/1 unless ``reward_threshold`` is set).
+            mask: ``[batch, seq_len]`` token mask (``token_mask * sample_mask``), used for
+                the output shape and the token-weighted metrics, as in NeMo-RL's estimators.
+            valid_mask: optional ``[batch]``; 0 rows take no part in their group's statistics.
+
+        Returns:
+            ``[batch, seq_len]`` advantages (each row constant), rewards' dtype and device.
+        """
+        group_ids = group_ids_from_prompt_rows(prompt_ids.to(rewards.device))
+        valid = None if valid_mask is None else valid_mask.to(rewards.device).bool()
+        try:
+            groups = RewardGroups.from_flat(
+                rewards, group_ids, valid, self.settings.reward_threshold
+            )
+            advantages = advantages_for_groups(
+                groups, self.objective, self.settings.estimator, **self.settings.options
+            )
+        except MMPOInputError as error:
+            raise _non_binary_hint(error) from None
+        self.last_metrics = self._metrics(groups, advantages, mask)
+        output_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+        token_advantages = advantages.to(output_dtype).unsqueeze(-1).expand(mask.shape)
+        if self.result_type is not None:
+            return self.result_type(
+                advantages=token_advantages, returns=None, metrics=dict(self.last_metrics)
+            )
+        setattr(token_advantages, STEP_METRICS_ATTRIBUTE, dict(self.last_metrics))
+        return token_advantages
+
+    def _metrics(
+        self, groups: RewardGroups, advantages: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, float]:
+        """Group statistics plus advantage statistics of the whole step.
+
+        ``advantage_abs_max``/``advantage_abs_mean`` are over the valid rollouts; the token
+        statistics weigh each rollout by its loss tokens (``mask[:, 1:]``: tokens after the
+        first), so ``advantage_token_mean`` is the mean advantage NeMo-RL's token-level loss
+        sees.
+        """
+        stats = group_statistics(groups, self.settings.truncation_order, self.objective)
+        kept = advantages[groups.valid]
+        tokens = mask[:, 1:].to(advantages.device, torch.float64).sum(dim=1)  # loss tokens per row
+        total = tokens.sum().clamp(min=1.0)
+        token_sums = torch.stack(
+            [
+                (advantages * tokens).sum(),
+                (advantages.abs() * tokens).sum(),
+                tokens[advantages > 0].sum(),
+                kept.abs().max() if kept.numel() else advantages.new_zeros(()),
+                kept.abs().mean() if kept.numel() else advantages.new_zeros(()),
+            ]
+        )
+        token_mean, abs_token_mean, positive, abs_max, abs_mean = token_sums.div(
+            torch.stack([total, total, total, total.new_ones(()), total.new_ones(())])
+        ).tolist()
+        stats.update(
+            advantage_abs_max=abs_max,
+            advantage_abs_mean=abs_mean,
+            advantage_token_mean=token_mean,
+            advantage_abs_token_mean=abs_token_mean,
+            positive_advantage_token_fraction=positive,
+        )
+        return {f"{ESTIMATOR_METRICS}{key}": value for key, value in stats.items()}

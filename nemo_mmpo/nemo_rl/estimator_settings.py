@@ -1,0 +1,185 @@
+"""``grpo.adv_estimator`` when one of ours is selected: typed, with options from the registry.
+
+Names (each estimator has exactly one spelling):
+
+- ``name: mmpo`` with ``estimator:`` one of the registered estimators that no other name
+  reaches: those of the moment objectives (``plugin``, the paper's default; ``unbiased``;
+  ``empirical_bayes``) and our ``grpo`` (NeMo-RL's formula, whose name NeMo-RL owns);
+- ``name:`` any other registered estimator (``passk_chen``, ``pkpo``, ``maxrl``): a baseline
+  with its own objective. A newly registered estimator is reachable without an edit here.
+
+Keys: ``truncation_order`` (T, paper default 4); ``moment_transform`` (``none`` | ``constant`` |
+``beta``: moments of U*F, a_k = E[U^k]) with ``transform_constant``, ``transform_alpha``,
+``transform_beta``; ``reward_threshold`` (null: rewards must be 0/1); every registered
+estimator's options by their parameter names and annotated types (integers are orders, >= 1:
+``k``, ``maclaurin_order``); and NeMo-RL's own estimator keys, which a shared config may carry.
+Anything else is refused by name. The model is built from the registry's signatures when
+first used, so it does not depend on what the process imported before.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, create_model
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.estimators import (
+    available_estimators,
+    estimator_objective_kind,
+    estimator_options,
+)
+from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.names import MMPO_ESTIMATOR, NEMO_RL_ESTIMATOR_KEYS, NEMO_RL_ESTIMATORS
+from nemo_mmpo.objectives import TRANSFORMS, MomentObjective, moment_objective
+from nemo_mmpo.settings import Settings, parse
+
+ESTIMATOR_SECTION = "grpo.adv_estimator"
+
+
+def mmpo_formulas() -> tuple[str, ...]:
+    """Registered estimators chosen with ``name: mmpo, estimator: <this>``."""
+    return tuple(
+        name
+        for name in available_estimators()
+        if estimator_objective_kind(name) == "mmpo" or name in NEMO_RL_ESTIMATORS
+    )
+
+
+def estimator_names() -> tuple[str, ...]:
+    """``grpo.adv_estimator.name`` values nemo-mmpo serves: ``mmpo`` and the baselines."""
+    formulas = set(mmpo_formulas())
+    return (MMPO_ESTIMATOR, *(name for name in available_estimators() if name not in formulas))
+
+
+def is_our_estimator(name: Any) -> bool:
+    """Whether ``grpo.adv_estimator.name`` selects a nemo-mmpo estimator."""
+    return name in estimator_names()
+
+
+def _option_field(annotation: Any, default: Any) -> tuple[Any, Any]:
+    if annotation is int or annotation == int | None:
+        return Annotated[annotation, Field(ge=1)], default  # orders and k are >= 1
+    return annotation, default
+
+
+@functools.cache
+def _section_model(registered: tuple[str, ...]) -> type[Settings]:
+    """The ``grpo.adv_estimator`` model for the estimators registered now (cached by them)."""
+    options: dict[str, tuple[Any, Any]] = {}
+    for name in registered:
+        for key, option in estimator_options(name).items():
+            options.setdefault(key, _option_field(option.annotation, option.default))
+    return create_model(
+        "AdvantageEstimatorSection",
+        __base__=Settings,
+        name=(str, MMPO_ESTIMATOR),
+        estimator=(str, "plugin"),
+        truncation_order=(Annotated[int, Field(ge=1)], 4),
+        moment_transform=(Literal[TRANSFORMS], "none"),  # type: ignore[valid-type]
+        transform_constant=(float | None, None),
+        transform_alpha=(float | None, None),
+        transform_beta=(float | None, None),
+        reward_threshold=(float | None, None),
+        **options,
+        **dict.fromkeys(NEMO_RL_ESTIMATOR_KEYS, (Any, None)),
+    )
+
+
+def section_model() -> type[Settings]:
+    return _section_model(tuple(available_estimators()))
+
+
+def accepted_keys() -> tuple[str, ...]:
+    """Every key ``grpo.adv_estimator`` may hold when one of ours is selected."""
+    return tuple(sorted(section_model().model_fields))
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """The validated ``grpo.adv_estimator`` of one of our estimators.
+
+    ``estimator`` is the core registry name, ``objective`` the moment objective whose gradient
+    it estimates, ``options`` its keyword options and ``truncation_order`` the number of
+    failure moments reported in the metrics.
+    """
+
+    name: str
+    estimator: str
+    objective: MomentObjective
+    options: dict[str, Any] = field(default_factory=dict)
+    truncation_order: int = 4
+    reward_threshold: float | None = None
+
+    def describe(self) -> str:
+        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+        return (
+            f"{self.name} -> estimator {self.estimator}({options}), objective "
+            f"{self.objective.name}, a_k = {list(self.objective.coefficients)}"
+        )
+
+
+def _objective(kind: str, section: Any, options: dict[str, Any]) -> MomentObjective:
+    order = section.truncation_order
+    if kind == "mmpo":
+        return moment_objective(
+            "mmpo",
+            order,
+            transform=section.moment_transform,
+            constant=section.transform_constant,
+            alpha=section.transform_alpha,
+            beta=section.transform_beta,
+        )
+    if kind == "pass_at_k":
+        return moment_objective("pass_at_k", k=options["k"])
+    if kind == "maxrl":
+        return moment_objective("maxrl", options.get("maclaurin_order") or order)
+    return moment_objective(kind, order)
+
+
+def read_estimator_settings(config: Any) -> EstimatorSettings:
+    """Validate ``grpo.adv_estimator`` (a mapping or a pydantic model) into settings.
+
+    Raises:
+        MMPOInputError: naming the offending key, its value and what is accepted.
+    """
+    values = {key: sections.value(config, key) for key in sections.present_keys(config)}
+    name = values.get("name", MMPO_ESTIMATOR)
+    names = estimator_names()
+    if name not in names:
+        hint = ""
+        if isinstance(name, str) and name.lower() in names:
+            hint = f" (names are case-sensitive: did you mean {name.lower()!r}?)"
+        elif name in mmpo_formulas():
+            hint = f" ({name!r} is a formula of MMPO: name=mmpo, estimator={name})"
+        ours = [f"{MMPO_ESTIMATOR} (estimator: {', '.join(mmpo_formulas())})", *names[1:]]
+        raise MMPOInputError(
+            f"{ESTIMATOR_SECTION}.name={name!r} is not valid: nemo-mmpo provides "
+            f"{', '.join(ours)}; NeMo-RL provides {', '.join(NEMO_RL_ESTIMATORS)}{hint}"
+        )
+    section = parse(section_model(), values, ESTIMATOR_SECTION)
+    if name == MMPO_ESTIMATOR:
+        estimator = section.estimator
+        if estimator not in mmpo_formulas():
+            raise MMPOInputError(
+                f"{ESTIMATOR_SECTION}.estimator={estimator!r} is not valid: with name=mmpo "
+                f"choose one of {', '.join(mmpo_formulas())} (baselines have their own name: "
+                f"{', '.join(names[1:])})"
+            )
+    else:
+        estimator = name
+    options = {key: getattr(section, key) for key in estimator_options(estimator)}
+    try:
+        objective = _objective(estimator_objective_kind(estimator), section, options)
+    except MMPOInputError as error:
+        raise MMPOInputError(f"{ESTIMATOR_SECTION}: {error}") from None
+    return EstimatorSettings(
+        name=name,
+        estimator=estimator,
+        objective=objective,
+        options=options,
+        truncation_order=section.truncation_order,
+        reward_threshold=section.reward_threshold,
+    )

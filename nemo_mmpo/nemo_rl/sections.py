@@ -1,0 +1,65 @@
+"""One way to read a config section, whatever NeMo-RL hands over.
+
+NeMo-RL v0.7.0 passes config sections as plain mappings (``TypedDict``); main passes pydantic
+models, some with extra fields (``model_extra``). Everything in nemo-mmpo reads config through
+these three functions:
+
+- :func:`value`: ``value(config, "grpo.adv_estimator.name", default)``, a dotted path through
+  mappings and models alike (a model's field, or one of its extras);
+- :func:`present_keys`: the keys a section holds (a mapping's keys; a model's fields that were
+  set, and its extras);
+- :func:`plain`: the section as plain dicts and lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_MISSING = object()
+
+
+def _child(node: Any, key: str) -> Any:
+    if isinstance(node, Mapping):
+        return node.get(key, _MISSING)
+    fields = getattr(type(node), "model_fields", None)
+    if fields is not None:
+        if key in fields:
+            return getattr(node, key)
+        return (getattr(node, "model_extra", None) or {}).get(key, _MISSING)
+    return _MISSING
+
+
+def value(config: Any, path: str, default: Any = None) -> Any:
+    """The value at dotted ``path`` in ``config`` (mapping or pydantic model), else ``default``."""
+    node = config
+    for key in path.split("."):
+        if node is None:
+            return default
+        node = _child(node, key)
+        if node is _MISSING:
+            return default
+    return node
+
+
+def present_keys(config: Any) -> list[str]:
+    """The keys ``config`` holds: a mapping's keys, or a model's set fields and extras."""
+    if config is None:
+        return []
+    if isinstance(config, Mapping):
+        return list(config)
+    fields = list(getattr(config, "model_fields_set", None) or [])
+    return fields + [
+        key for key in (getattr(config, "model_extra", None) or {}) if key not in fields
+    ]
+
+
+def plain(config: Any) -> Any:
+    """``config`` as plain dicts and lists (pydantic models dumped, mappings copied)."""
+    if hasattr(config, "model_dump"):
+        return config.model_dump()
+    if isinstance(config, Mapping):
+        return {key: plain(item) for key, item in config.items()}
+    if isinstance(config, list | tuple):
+        return [plain(item) for item in config]
+    return config

@@ -1,0 +1,77 @@
+"""``nemo-mmpo study`` (or ``python -m nemo_mmpo.study``): the paper's comparison on a laptop.
+
+    nemo-mmpo study run --out results/study              # 5 methods x 5 seeds, 300 steps
+    nemo-mmpo study run --out results/study --ablations  # and T, U and the unbiased estimator
+    nemo-mmpo study run --out results/study_quick --quick   # the same pipeline, minutes
+    nemo-mmpo study report --out results/study           # study.md, study.json, figures
+
+Runs need NeMo-RL (its environment, as the tiny run: ``bash scripts/tiny_run.sh`` builds it);
+``report`` needs only the files the runs wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from nemo_mmpo.study.methods import ABLATIONS, ALL_METHODS
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.study") -> int:
+    from nemo_mmpo.study.runner import QUICK, StudyPlan
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="train and evaluate methods x seeds (resumable)")
+    run.add_argument("--out", required=True, help="the study's folder")
+    run.add_argument("--quick", action="store_true", help=f"{QUICK}")
+    run.add_argument("--methods", nargs="+", choices=list(ALL_METHODS), default=None)
+    run.add_argument("--ablations", action="store_true", help="add " + ", ".join(ABLATIONS))
+    run.add_argument("--seeds", nargs="+", type=int, default=None)
+    run.add_argument("--steps", type=int, default=None)
+    run.add_argument("--eval-every", type=int, default=None)
+    run.add_argument("--samples", type=int, default=None, help="per held-out problem")
+    run.add_argument("--no-report", action="store_true", help="do not write the report after")
+    report = commands.add_parser("report", help="tables and figures from the finished runs")
+    report.add_argument("--out", required=True, help="the study's folder")
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "report":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from nemo_mmpo.study.comparison import write_study_report
+
+        print(f"wrote {write_study_report(args.out)}")
+        return 0
+    plan = QUICK if args.quick else StudyPlan()
+    changes = {
+        key: value
+        for key, value in (
+            ("methods", tuple(args.methods) if args.methods else None),
+            ("seeds", tuple(args.seeds) if args.seeds else None),
+            ("steps", args.steps),
+            ("eval_every", args.eval_every),
+            ("samples", args.samples),
+        )
+        if value is not None
+    }
+    if args.ablations:
+        changes["methods"] = (*changes.get("methods", plan.methods), *ABLATIONS)
+    plan = dataclasses.replace(plan, **changes, extra=tuple(extra))
+    from nemo_mmpo.study.runner import run_study
+
+    run_study(Path(args.out), plan)
+    if not args.no_report:
+        from nemo_mmpo.study.comparison import write_study_report
+
+        print(f"wrote {write_study_report(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    from nemo_mmpo.cli import handle
+
+    sys.exit(handle(main, None, "python -m nemo_mmpo.study"))

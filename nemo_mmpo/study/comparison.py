@@ -1,0 +1,327 @@
+"""``nemo-mmpo study report``: the study's numbers and tables, laid out like the paper's.
+
+For every run (method x seed) it reads the in-loop evaluations (``logs/evaluation/step_<N>``)
+and takes two checkpoints: the one the paper's rule selects (the best average over the steps
+evaluated) and the final one. From their rollouts, with the project's metric code:
+
+- Table 1: accuracy (avg@n) per difficulty stratum and their average, mean and 95% interval
+  over seeds (Student's t);
+- pass@k (k = 1, 4, 8, 16) over the held-out problems;
+- Gini of per-problem success for each alpha of the paper's filter (the filter common to the
+  methods of a seed, as in ``nemo-mmpo eval report``), never-solved counts, the first-success
+  distribution;
+- each method's paired difference from GRPO (same seed, same warm start), with a bootstrap
+  interval over seeds;
+- figures: training reward (mean and band over seeds), pass@k, Lorenz curves, first success.
+
+``study.md`` and ``study.json`` (every number) go to the study folder.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nemo_mmpo.cpu.task import STRATA, Problem
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.metrics import (
+    TABLE_PASS_AT,
+    first_success_distribution,
+    gini_by_method,
+    pass_at_k,
+)
+from nemo_mmpo.eval.protocol import read_steps
+from nemo_mmpo.eval.report import ALPHAS
+from nemo_mmpo.eval.rollouts import load_run
+from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.study.figures import figures
+from nemo_mmpo.study.methods import ALL_METHODS, REFERENCE
+
+#: Student's t at 0.975 for 1..30 degrees of freedom (then the normal's 1.96).
+T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def interval(values: list[float]) -> dict[str, float]:
+    """Mean and 95% half-width over seeds (Student's t; 0 half-width for one seed)."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size < 2:
+        return {"mean": float(array.mean()), "half_width": 0.0, "n": int(array.size)}
+    t = T_975[array.size - 2] if array.size - 1 <= len(T_975) else 1.96
+    return {
+        "mean": float(array.mean()),
+        "half_width": float(t * array.std(ddof=1) / np.sqrt(array.size)),
+        "n": int(array.size),
+    }
+
+
+def bootstrap(differences: list[float], draws: int = 10_000, seed: int = 0) -> dict[str, float]:
+    """Mean paired difference and its 95% percentile interval, resampling seeds."""
+    generator = random.Random(seed)
+    values = list(differences)
+    means = sorted(float(np.mean([generator.choice(values) for _ in values])) for _ in range(draws))
+    return {
+        "mean": float(np.mean(values)),
+        "low": means[int(0.025 * draws)],
+        "high": means[int(0.975 * draws) - 1],
+        "n": len(values),
+    }
+
+
+def checkpoint_numbers(rollouts: Path) -> dict[str, Any]:
+    """One evaluated checkpoint: accuracy per stratum, pass@k, never solved, first success,
+    and per-problem success (for Gini and Lorenz)."""
+    counts = load_run([rollouts])
+    success = counts.correct / counts.samples
+    strata: dict[str, list[float]] = {name: [] for name in STRATA}
+    for (_, problem_id), value in zip(counts.keys, success, strict=True):
+        a, b = (int(part) for part in problem_id.split("+"))
+        strata[Problem(a, b).stratum].append(float(value))
+    accuracy = {name: float(np.mean(values)) for name, values in strata.items() if values}
+    samples = int(counts.samples.min())
+    return {
+        "accuracy": accuracy,
+        "average": float(np.mean(list(accuracy.values()))),
+        "pass_at_k": {
+            f"pass@{k}": float(pass_at_k(counts.samples, counts.correct, k).mean())
+            for k in TABLE_PASS_AT
+            if k <= samples
+        },
+        "never_solved": int((counts.correct == 0).sum()),
+        "problems": len(counts.keys),
+        "first_success": [
+            float(value)
+            for value in first_success_distribution(counts.samples, counts.correct)["pmf"]
+        ],
+        "success": {key[1]: float(value) for key, value in zip(counts.keys, success, strict=True)},
+    }
+
+
+def read_run(folder: Path) -> dict[str, Any]:
+    """A finished run's selected and final checkpoints (see the module docstring)."""
+    record = json.loads((folder / "finished.json").read_text())
+    evaluation = folder / "logs" / "evaluation"
+    steps = read_steps(evaluation)
+    if not steps:
+        raise MMPOInputError(f"{folder}: no evaluation was written ({evaluation})")
+    selected = max(steps.values(), key=lambda entry: (entry["average"], -entry["step"]))["step"]
+    final = max(steps)
+    return {
+        **record,
+        "folder": str(folder),
+        "selected_step": selected,
+        "final_step": final,
+        "selected": checkpoint_numbers(evaluation / f"step_{selected}.jsonl"),
+        "final": checkpoint_numbers(evaluation / f"step_{final}.jsonl"),
+    }
+
+
+def _gini_by_seed(runs: list[dict], which: str) -> dict[str, dict[str, list[float]]]:
+    """``{method: {alpha: [Gini per seed]}}`` with the common filter of each seed's methods."""
+    result: dict[str, dict[str, list[float]]] = {}
+    seeds = sorted({run["seed"] for run in runs})
+    for seed in seeds:
+        of_seed = {run["method"]: run[which]["success"] for run in runs if run["seed"] == seed}
+        shared = sorted(set.intersection(*(set(values) for values in of_seed.values())))
+        vectors = {
+            method: np.array([values[key] for key in shared]) for method, values in of_seed.items()
+        }
+        for alpha in ALPHAS:
+            gini = gini_by_method(vectors, alpha)
+            for method in vectors:
+                result.setdefault(method, {}).setdefault(str(alpha), []).append(
+                    float(gini["methods"][method]["gini"])
+                )
+    return result
+
+
+def aggregate(runs: list[dict[str, Any]], which: str) -> dict[str, Any]:
+    """Every table's numbers for the ``selected`` or ``final`` checkpoints."""
+    methods = [name for name in ALL_METHODS if any(run["method"] == name for run in runs)]
+    by_method = {name: [run for run in runs if run["method"] == name] for name in methods}
+    numbers: dict[str, Any] = {"methods": {}}
+    ginis = _gini_by_seed(runs, which)
+    for name, of_method in by_method.items():
+        rows = [run[which] for run in of_method]
+        numbers["methods"][name] = {
+            "seeds": [run["seed"] for run in of_method],
+            "accuracy": {
+                stratum: interval([row["accuracy"][stratum] for row in rows])
+                for stratum in STRATA
+                if all(stratum in row["accuracy"] for row in rows)
+            },
+            "average": interval([row["average"] for row in rows]),
+            "pass_at_k": {
+                key: interval([row["pass_at_k"][key] for row in rows])
+                for key in rows[0]["pass_at_k"]
+            },
+            "never_solved": interval([row["never_solved"] for row in rows]),
+            "gini": {alpha: interval(values) for alpha, values in ginis[name].items()},
+            "first_success": [
+                float(np.mean(column))
+                for column in zip(*(row["first_success"] for row in rows), strict=True)
+            ],
+        }
+    if REFERENCE in by_method:
+        reference = {run["seed"]: run[which] for run in by_method[REFERENCE]}
+        numbers["paired_difference_from_grpo"] = {}
+        for name, of_method in by_method.items():
+            if name == REFERENCE:
+                continue
+            pairs = [
+                (run[which], reference[run["seed"]])
+                for run in of_method
+                if run["seed"] in reference
+            ]
+            if not pairs:
+                continue
+            numbers["paired_difference_from_grpo"][name] = {
+                "average": bootstrap(
+                    [mine["average"] - theirs["average"] for mine, theirs in pairs]
+                ),
+                **{
+                    key: bootstrap(
+                        [
+                            mine["pass_at_k"][key] - theirs["pass_at_k"][key]
+                            for mine, theirs in pairs
+                        ]
+                    )
+                    for key in pairs[0][0]["pass_at_k"]
+                },
+                "never_solved": bootstrap(
+                    [float(mine["never_solved"] - theirs["never_solved"]) for mine, theirs in pairs]
+                ),
+            }
+    return numbers
+
+
+def _cell(entry: dict[str, float], scale: float = 100.0, digits: int = 1) -> str:
+    if entry["n"] < 2:
+        return f"{scale * entry['mean']:.{digits}f}"
+    return f"{scale * entry['mean']:.{digits}f} ± {scale * entry['half_width']:.{digits}f}"
+
+
+def _tables(numbers: dict[str, Any], title: str) -> list[str]:
+    methods = numbers["methods"]
+    strata = [name for name in STRATA if all(name in row["accuracy"] for row in methods.values())]
+    lines = [
+        f"### {title}",
+        "",
+        "Accuracy (avg@n, %) per difficulty stratum, mean ± 95% interval over seeds:",
+        "",
+    ]
+    lines.append("| method | seeds | " + " | ".join(strata) + " | average |")
+    lines.append("|---" * (len(strata) + 3) + "|")
+    for name, row in methods.items():
+        cells = [_cell(row["accuracy"][stratum]) for stratum in strata]
+        lines.append(
+            f"| {ALL_METHODS[name].label} | {len(row['seeds'])} | "
+            + " | ".join(cells)
+            + f" | {_cell(row['average'])} |"
+        )
+    keys = list(next(iter(methods.values()))["pass_at_k"])
+    lines += [
+        "",
+        "pass@k (%):",
+        "",
+        "| method | " + " | ".join(keys) + " | never solved (of the held-out problems) |",
+    ]
+    lines.append("|---" * (len(keys) + 2) + "|")
+    for name, row in methods.items():
+        cells = [_cell(row["pass_at_k"][key]) for key in keys]
+        lines.append(
+            f"| {ALL_METHODS[name].label} | "
+            + " | ".join(cells)
+            + f" | {_cell(row['never_solved'], 1.0)} |"
+        )
+    alphas = list(next(iter(methods.values()))["gini"])
+    lines += ["", "Gini of per-problem success (lower: more even), by the filter alpha:", ""]
+    lines.append("| method | " + " | ".join(f"α = {alpha}" for alpha in alphas) + " |")
+    lines.append("|---" * (len(alphas) + 1) + "|")
+    for name, row in methods.items():
+        lines.append(
+            f"| {ALL_METHODS[name].label} | "
+            + " | ".join(_cell(row["gini"][alpha], 1.0, 3) for alpha in alphas)
+            + " |"
+        )
+    paired = numbers.get("paired_difference_from_grpo") or {}
+    if paired:
+        lines += [
+            "",
+            "Paired difference from GRPO (same seed and warm start; percentage points; 95% "
+            "bootstrap interval over seeds):",
+            "",
+        ]
+        keys = [key for key in next(iter(paired.values())) if key != "never_solved"]
+        lines.append("| method | " + " | ".join(keys) + " | never solved |")
+        lines.append("|---" * (len(keys) + 2) + "|")
+        for name, row in paired.items():
+            cells = [_difference(row[key], 100.0) for key in keys]
+            lines.append(
+                f"| {ALL_METHODS[name].label} | "
+                + " | ".join(cells)
+                + f" | {_difference(row['never_solved'], 1.0)} |"
+            )
+    return [*lines, ""]
+
+
+def _difference(entry: dict[str, float], scale: float) -> str:
+    return (
+        f"{scale * entry['mean']:+.1f} [{scale * entry['low']:+.1f}, {scale * entry['high']:+.1f}]"
+    )
+
+
+def write_study_report(out: str | Path) -> Path:
+    """``study.md``, ``study.json`` and the figures for every finished run under ``out``."""
+    out = Path(out)
+    folders = sorted(path.parent for path in (out / "runs").glob("*/finished.json"))
+    if not folders:
+        raise MMPOInputError(
+            f"{out / 'runs'} holds no finished run: run `nemo-mmpo study run` first"
+        )
+    runs = [read_run(folder) for folder in folders]
+    numbers = {
+        "selected": aggregate(runs, "selected"),
+        "final": aggregate(runs, "final"),
+        "runs": [
+            {
+                key: run[key]
+                for key in (
+                    "method",
+                    "seed",
+                    "steps",
+                    "selected_step",
+                    "final_step",
+                    "seconds",
+                    "folder",
+                )
+            }
+            | {"selected": {k: v for k, v in run["selected"].items() if k != "success"}}
+            | {"final": {k: v for k, v in run["final"].items() if k != "success"}}
+            for run in runs
+        ],
+    }
+    write_text_atomic(out / "study.json", json.dumps(numbers, indent=2) + "\n")
+    seeds = sorted({run["seed"] for run in runs})
+    lines = [
+        "# Study: the paper's comparison on the tiny CPU task",
+        "",
+        f"{len(runs)} runs: methods {', '.join(sorted({run['method'] for run in runs}))}; seeds "
+        f"{', '.join(map(str, seeds))}; {runs[0]['steps']} GRPO steps each, NeMo-RL's "
+        "grpo_train with nemo-mmpo's CPU engines. Held-out: the task's problems in four "
+        "difficulty strata, 16 samples (or as set) at temperature 0.6, top-p 0.95.",
+        "",
+        *_tables(numbers["selected"], "At the checkpoint the paper's rule selects (best average)"),
+        *_tables(numbers["final"], "At the final step"),
+        *figures(runs, numbers["selected"], out),
+    ]
+    path = out / "study.md"
+    write_text_atomic(path, "\n".join(lines))
+    return path

@@ -1,0 +1,77 @@
+# Shared by scripts/test.sh, scripts/test_nemo_rl.sh and scripts/tiny_run.sh (source it).
+# Finds NeMo-RL's Python 3.13, builds (or reuses) the NeMo-RL environment, and unpacks the NeMo-RL
+# snapshots of ../shared/nemo-rl into the ignored .nemo-rl/.
+#
+# Settings (environment):
+#   NEMO_RL_PYTHON     a Python 3.13 interpreter (default: python3.13 on PATH, then pyenv's)
+#   NEMO_RL_SNAPSHOTS  folder of nemo-rl-<ref>.tar.gz (default: ../shared/nemo-rl)
+#   NEMO_RL_VENV       the environment to build or reuse (default: .venv-nemo-rl)
+# The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
+# the interpreter or a snapshot changes.
+
+ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+NEMO_RL_VENV="${NEMO_RL_VENV:-$ROOT/.venv-nemo-rl}"
+NEMO_RL_SNAPSHOTS="${NEMO_RL_SNAPSHOTS:-$ROOT/../shared/nemo-rl}"
+NEMO_RL_UNPACKED="$ROOT/.nemo-rl"
+NEMO_RL_REQUIREMENTS="$ROOT/scripts/nemo_rl_requirements.txt"
+
+nemo_rl_python() {  # prints a Python 3.13 interpreter, or nothing
+    local candidate
+    for candidate in "${NEMO_RL_PYTHON:-}" python3.13 "$HOME"/.pyenv/versions/3.13*/bin/python3.13 \
+            /usr/local/bin/python3.13 /usr/bin/python3.13; do
+        [[ -n "$candidate" ]] || continue
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 0
+}
+
+nemo_rl_snapshot_refs() {  # prints the refs of the snapshots in $NEMO_RL_SNAPSHOTS, one a line
+    local archive ref
+    compgen -G "$NEMO_RL_SNAPSHOTS/nemo-rl-*.tar.gz" >/dev/null || return 0
+    for archive in "$NEMO_RL_SNAPSHOTS"/nemo-rl-*.tar.gz; do
+        ref="$(basename "$archive" .tar.gz)"
+        echo "${ref#nemo-rl-}"
+    done
+}
+
+nemo_rl_unpack() {  # unpacks snapshot $1 into .nemo-rl/nemo-rl-$1 (if needed); prints its path
+    local archive="$NEMO_RL_SNAPSHOTS/nemo-rl-$1.tar.gz" target="$NEMO_RL_UNPACKED/nemo-rl-$1"
+    local archive_stamp
+    archive_stamp="$(stat -c '%s %Y' "$archive")"
+    if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
+        rm -rf "$target"
+        mkdir -p "$NEMO_RL_UNPACKED"
+        tar -xzf "$archive" -C "$NEMO_RL_UNPACKED"
+        # NeMo-RL's tests/unit/__init__.py loads a remote-GPU-selection plugin that the
+        # snapshots leave out; an empty module stands in for it (it selects nothing on CPU).
+        mkdir -p "$target/tests/unit/_plugins"
+        touch "$target/tests/unit/_plugins/__init__.py" "$target/tests/unit/_plugins/remote_select.py"
+        echo "$archive_stamp" > "$target/.nemo-mmpo-stamp"
+    fi
+    echo "$target"
+}
+
+nemo_rl_quiet_pip() {  # pip's own errors stay; this machine's notes about absent local indexes go
+    "$NEMO_RL_VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location '" || true; }
+}
+
+nemo_rl_environment() {  # builds or reuses $NEMO_RL_VENV with Python $1; prints what it does
+    local python="$1" interpreter requirements_hash
+    interpreter="$("$python" -VV | tr -d '\n')"
+    if [[ ! -x "$NEMO_RL_VENV/bin/python" || "$(cat "$NEMO_RL_VENV/.nemo-mmpo-python" 2>/dev/null)" != "$interpreter" ]]; then
+        echo "nemo-rl environment: creating $NEMO_RL_VENV with $("$python" -V)"
+        rm -rf "$NEMO_RL_VENV"
+        "$python" -m venv "$NEMO_RL_VENV"
+        nemo_rl_quiet_pip install -q --upgrade pip
+        echo "$interpreter" > "$NEMO_RL_VENV/.nemo-mmpo-python"
+    fi
+    requirements_hash="$(sha256sum "$NEMO_RL_REQUIREMENTS" | cut -d' ' -f1)"
+    if [[ "$(cat "$NEMO_RL_VENV/.nemo-mmpo-requirements" 2>/dev/null)" != "$requirements_hash" ]]; then
+        echo "nemo-rl environment: installing torch and NeMo-RL's pure-Python dependencies"
+        nemo_rl_quiet_pip install -q -r "$NEMO_RL_REQUIREMENTS"
+        echo "$requirements_hash" > "$NEMO_RL_VENV/.nemo-mmpo-requirements"
+    fi
+}

@@ -1,0 +1,325 @@
+#!/usr/bin/env bash
+# slurm/submit_mmpo.sh against a real Slurm on this machine: Debian's slurm-wlm (slurmctld,
+# slurmd, munged, loopback only, one node with a generic `gpu` GRES) is installed if needed,
+# started from a private config directory, and torn down at exit. srun accepts pyxis's container
+# options through a stand-in SPANK plugin (slurm/test/pyxis_standin.c, built here) and runs every
+# step on the host. The tiny CPU recipe, shortened, goes through NeMo-RL's real ray.sub.
+# Prints one line per check, "slurm <check>: ok|FAILED <detail>"; exits 1 if any failed.
+#
+# Needs root (it starts the daemons) and apt (to install them); elsewhere it says why and skips,
+# and under CI=true a missing prerequisite is a failure. Uses NeMo-RL's environment and v0.7.0
+# snapshot as scripts/test_nemo_rl.sh does (built by `bash scripts/test.sh`).
+#
+# slurmd (and so every job) runs in its own PID and mount namespace with private /tmp and
+# /dev/shm: ray.sub runs `ray stop` (every Ray process on the machine it can see) and
+# `rm -rf /tmp/ray/session_*`, which must not reach Ray clusters that other work runs here.
+# Killing the namespace's first process at the end kills whatever a job left behind.
+#
+# Settings (environment):
+#   SLURM_TEST_DIR   state, logs and the runs' outputs (default /var/tmp/nemo-mmpo-slurm; removed
+#                    at the end when every check passed, kept for reading otherwise)
+#   SLURM_TEST_PORT  slurmctld's port; slurmd uses the next one (default 6917)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+IN_CI="${CI:-false}"
+WORK="${SLURM_TEST_DIR:-/var/tmp/nemo-mmpo-slurm}"
+CTLD_PORT="${SLURM_TEST_PORT:-6917}"
+NODE=localhost       # resolves to 127.0.0.1 everywhere; ray.sub resolves node names to addresses
+GPUS=2               # the node's generic GPUs (device files are links to /dev/null)
+PACKAGES=(slurm-wlm munge libslurm-dev libpmix2 libpmix-dev gcc libc6-dev)
+started=$SECONDS
+failures=0
+
+skip_or_fail() {  # a missing prerequisite: a failure in CI, a message elsewhere
+    if [[ "$IN_CI" == "true" ]]; then
+        echo "slurm prerequisites: FAILED $1"
+        exit 1
+    fi
+    echo "slurm suite: skipped: $1"
+    exit 0
+}
+
+report() {  # report CHECK STATUS FAILURE-DETAIL [OK-DETAIL]: one line; STATUS != 0 fails
+    if [[ "$2" -eq 0 ]]; then
+        echo "slurm $1: ok${4:+ ($4)}"
+    else
+        echo "slurm $1: FAILED $3"
+        failures=$((failures + 1))
+    fi
+}
+
+# ------------------------------------------------------------------ prerequisites ----------
+[[ $EUID -eq 0 ]] || skip_or_fail "needs root (it starts slurmctld, slurmd and munged)"
+missing=()
+for package in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "slurm suite: installing ${missing[*]}"
+    # installed only: the daemons used here are started below, from a private config
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends "${missing[@]}"; } >/tmp/nemo-mmpo-slurm-apt.log 2>&1; then
+        skip_or_fail "apt-get could not install ${missing[*]} (see /tmp/nemo-mmpo-slurm-apt.log)"
+    fi
+fi
+# shellcheck source=scripts/nemo_rl_env.sh
+source scripts/nemo_rl_env.sh
+if [[ -n "${NEMO_RL_PATH:-}" ]]; then
+    nemo_rl="$(cd "$NEMO_RL_PATH" && pwd)"
+elif nemo_rl_snapshot_refs | grep -qx "v0.7.0"; then
+    nemo_rl="$(nemo_rl_unpack v0.7.0)"
+else
+    skip_or_fail "no NeMo-RL v0.7.0 snapshot in $NEMO_RL_SNAPSHOTS and NEMO_RL_PATH is unset"
+fi
+[[ -f "$nemo_rl/ray.sub" ]] || skip_or_fail "$nemo_rl has no ray.sub"
+python="$(nemo_rl_python)"
+[[ -n "$python" ]] || skip_or_fail "no Python 3.13 found (NeMo-RL's); set NEMO_RL_PYTHON"
+nemo_rl_environment "$python" >/dev/null
+VENV="$NEMO_RL_VENV"
+
+# ------------------------------------------------------------------ teardown ---------------
+# Daemons are started here and stopped by their PIDs (recorded in $WORK/run), also those a
+# killed earlier run left behind: nothing else on the machine is touched.
+stop_recorded() {
+    local name pid
+    # the namespace first (SIGKILL: unshare ignores SIGTERM; its child, the namespace's first
+    # process, then dies, and with it every process in the namespace), then slurmctld, munged
+    for name in slurmd-namespace slurmctld munged; do
+        [[ -f "$WORK/run/$name.pid" ]] || continue
+        pid="$(cat "$WORK/run/$name.pid")"
+        # only a process of ours: its command line names our config or socket
+        if [[ -n "$pid" ]] && grep -qa "$WORK" "/proc/$pid/cmdline" 2>/dev/null; then
+            [[ $name == slurmd-namespace ]] && kill -9 "$pid" 2>/dev/null
+            kill "$pid" 2>/dev/null
+            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+            kill -9 "$pid" 2>/dev/null
+        fi
+        rm -f "$WORK/run/$name.pid"
+    done
+}
+
+teardown() {
+    if [[ -n "${SLURM_CONF:-}" ]] && [[ -f "$SLURM_CONF" ]]; then
+        scancel --quiet --user=root 2>/dev/null  # every job of this private cluster
+    fi
+    stop_recorded  # the namespace first: its init's death kills every process in it
+    if [[ $failures -eq 0 ]]; then
+        rm -rf "$WORK"
+    else
+        echo "slurm suite: logs kept in $WORK"
+    fi
+}
+
+# ------------------------------------------------------------------ setup ------------------
+stop_recorded 2>/dev/null  # a run killed before its teardown
+rm -rf "$WORK"
+mkdir -p "$WORK"/{etc,run,log,spool/ctld,spool/d,dev,munge,jobs,runs}
+trap teardown EXIT
+
+# The GPUs: gres/gpu needs device files (slurmd drops file-less GPUs and drains the node).
+for index in $(seq 0 $((GPUS - 1))); do ln -s /dev/null "$WORK/dev/nvidia$index"; done
+
+# The pyxis stand-in, built with this machine's compiler against libslurm-dev's spank.h.
+if ! cc -Wall -Wextra -Werror -shared -fPIC -o "$WORK/etc/pyxis_standin.so" \
+        slurm/test/pyxis_standin.c 2>"$WORK/log/cc.log"; then
+    report "spank build" 1 "$(tail -n 5 "$WORK/log/cc.log")"
+    exit 1
+fi
+
+CPUS="$(nproc)"
+cat > "$WORK/etc/slurm.conf" <<CONF
+ClusterName=nemo-mmpo-test
+SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$((CTLD_PORT + 1))
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$WORK/munge/munge.socket
+StateSaveLocation=$WORK/spool/ctld
+SlurmdSpoolDir=$WORK/spool/d
+SlurmctldPidFile=$WORK/log/slurmctld.pid
+SlurmdPidFile=$WORK/log/slurmd.pid
+SlurmctldLogFile=$WORK/log/slurmctld.log
+SlurmdLogFile=$WORK/log/slurmd.log
+# pgid: a cancelled or finished job's processes (Ray's daemons included) are killed with it;
+# linuxproc lets Ray's daemons escape and the job never ends
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+PlugStackConfig=$WORK/etc/plugstack.conf
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$WORK/log/jobcomp.txt
+ReturnToService=2
+MinJobAge=3600
+KillWait=10
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Gres=gpu:$GPUS State=UNKNOWN
+PartitionName=mmpo Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+CONF
+echo "NodeName=$NODE Name=gpu File=$WORK/dev/nvidia[0-$((GPUS - 1))]" > "$WORK/etc/gres.conf"
+echo "required $WORK/etc/pyxis_standin.so" > "$WORK/etc/plugstack.conf"
+export SLURM_CONF="$WORK/etc/slurm.conf"
+
+wait_until() {  # wait_until SECONDS COMMAND...: poll COMMAND every second; fails on timeout
+    local limit=$1
+    shift
+    local deadline=$((SECONDS + limit))
+    until "$@"; do
+        ((SECONDS < deadline)) || return 1
+        sleep 1
+    done
+}
+
+# munged with its own key and socket, as the munge user (it refuses to run as root).
+chown munge:munge "$WORK/munge" && chmod 755 "$WORK/munge"  # clients reach the socket
+mungekey --create --keyfile="$WORK/munge/munge.key" 2>>"$WORK/log/munged.log"
+chown munge:munge "$WORK/munge/munge.key"
+setpriv --reuid=munge --regid=munge --init-groups munged --foreground \
+    --socket="$WORK/munge/munge.socket" --key-file="$WORK/munge/munge.key" \
+    --pid-file="$WORK/munge/munged.pid" --seed-file="$WORK/munge/munged.seed" \
+    --log-file="$WORK/munge/munged.log" >>"$WORK/log/munged.log" 2>&1 &
+echo $! > "$WORK/run/munged.pid"
+disown  # stopped by PID in teardown; no job-control notice then
+slurmctld -D -f "$SLURM_CONF" >>"$WORK/log/slurmctld.out" 2>&1 &
+echo $! > "$WORK/run/slurmctld.pid"
+disown
+# slurmd in its own PID and mount namespace (see the header); bash stays its first process,
+# reaping what jobs orphan; --kill-child kills the namespace when unshare is killed.
+unshare --pid --fork --kill-child --mount-proc --mount --propagation private bash -c '
+    mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 1
+    slurmd -D -N "$1" -f "$2" &
+    wait' slurmd-namespace "$NODE" "$SLURM_CONF" >>"$WORK/log/slurmd.out" 2>&1 &
+echo $! > "$WORK/run/slurmd-namespace.pid"
+disown
+
+node_idle() { [[ "$(sinfo -h -N -o '%T %G' 2>/dev/null)" == "idle gpu:$GPUS"* ]]; }
+if wait_until 60 node_idle; then
+    report daemons 0 "" "munged, slurmctld, slurmd; node $NODE idle with gpu:$GPUS, $CPUS CPUs"
+else
+    report daemons 1 "node not idle after 60 s: $(sinfo -h -N -o '%T %G %E' 2>&1 | head -n 3)"
+    tail -n 20 "$WORK"/log/*.log "$WORK"/log/*.out 2>/dev/null
+    exit 1
+fi
+
+# ------------------------------------------------------------------ checks -----------------
+# srun with the options ray.sub passes (pyxis's, and --mpi=pmix) runs on the host.
+spank_out="$(timeout 60 srun -N1 -n1 --gres=gpu:$GPUS --mpi=pmix --no-container-mount-home \
+    --container-image=nvcr.io/nvidia/nemo-rl:v0.7.0 --container-mounts="$ROOT:$ROOT" \
+    --container-workdir="$ROOT" --container-name=ray-head bash -c 'echo "host=$(hostname) gpus=$CUDA_VISIBLE_DEVICES"' 2>&1)"
+report "srun with pyxis options" $? "$spank_out" "$spank_out"
+
+# What submit_mmpo.sh needs without a container: NeMo-RL's Python environment, ray on PATH.
+job_env="PATH=$VENV/bin:$PATH PYTHONPATH=$nemo_rl NEMO_RL_PY_EXECUTABLES_SYSTEM=1 OMP_NUM_THREADS=1"
+job_env+=" BASE_LOG_DIR=$WORK/jobs"   # ray.sub's logs and signal files (default: the repo)
+# The recipe, shortened. Its warm start stops at its first check (the band is [0, 1]): this
+# tests the submission path, not learning (tests/cpu/test_tiny_run.py does), in CI's budget.
+submit() {  # submit RUN_NAME OVERRIDES...: slurm/submit_mmpo.sh's output in $WORK/log/submit-RUN
+    local run="$1"
+    shift
+    SBATCH_OUTPUT="$WORK/jobs/slurm-%j.out" \
+    ACCOUNT=mmpo PARTITION=mmpo NUM_NODES=1 GPUS_PER_NODE=$GPUS TIME=00:15:00 \
+    NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
+    PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" JOB_NAME="mmpo-test-$run" \
+    CONFIG=examples/configs/mmpo_tiny_cpu.yaml \
+        timeout 120 bash slurm/submit_mmpo.sh \
+        grpo.val_period=0 grpo.val_at_start=false evaluation.enabled=false \
+        checkpointing.save_period=3 \
+        "checkpointing.checkpoint_dir=$WORK/runs/$run/checkpoints" \
+        "logger.log_dir=$WORK/runs/$run/logs" \
+        "cpu_backend.warm_start_cache=$WORK/warm_starts" \
+        cpu_backend.warm_start.target_low=0.0 cpu_backend.warm_start.target_high=1.0 \
+        cpu_backend.warm_start.check_every=1 cpu_backend.warm_start.check_prompts=16 \
+        "$@" >"$WORK/log/submit-$run.log" 2>&1
+}
+job_ids() { scontrol show jobs -o 2>/dev/null | grep -o '^JobId=[0-9]*' | cut -d= -f2 | sort -n; }
+job_state() { scontrol show job "$1" -o 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
+job_ended() {
+    case "$(job_state "$1")" in
+        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+submitted_id() { grep -o 'Submitted batch job [0-9]*' "$WORK/log/submit-$1.log" | grep -o '[0-9]*$'; }
+
+# A typo in an override is refused before anything is queued.
+before="$(job_ids)"
+submit refused grpo.max_num_steps=3 grpo.adv_estimator.name=mmpoo
+status=$?
+after="$(job_ids)"
+queued="$(squeue -h -o %i | wc -l)"
+if [[ $status -eq 2 ]] && grep -q "Not submitted" "$WORK/log/submit-refused.log" \
+        && [[ "$before" == "$after" && $queued -eq 0 ]]; then
+    report "bad override refused" 0 "" "exit 2, no job queued"
+else
+    report "bad override refused" 1 "exit $status, jobs before [$before] after [$after], queued $queued; $(tail -n 3 "$WORK/log/submit-refused.log")"
+fi
+
+# The recipe, shortened, through ray.sub: Ray started by ray.sub, our entry point's check, three
+# steps of NeMo-RL's grpo_train, a checkpoint; the job ends COMPLETED.
+submit train grpo.max_num_steps=3
+job="$(submitted_id train)"
+if [[ -z "$job" ]]; then
+    report "job submitted" 1 "$(tail -n 5 "$WORK/log/submit-train.log")"
+else
+    job_started=$SECONDS
+    wait_until 240 job_ended "$job"
+    state="$(job_state "$job")"
+    logs="$WORK/jobs/$job-logs"
+    driver_log="$logs/ray-driver.log"
+    report "job COMPLETED" "$([[ $state == COMPLETED ]]; echo $?)" \
+        "job $job: $state; $(tail -n 5 "$driver_log" 2>/dev/null | tr '\n' ' ')" \
+        "job $job, $((SECONDS - job_started)) s from submission to COMPLETED"
+    # ray.sub started the head (its signal file, Ray's banner) and the driver joined that cluster
+    grep -q "Ray runtime started" "$logs/ray-head.log" 2>/dev/null && [[ -f "$logs/STARTED_RAY_HEAD" ]]
+    report "ray.sub started Ray" $? "see $logs/ray-head.log"
+    grep -q "Connecting to existing Ray cluster" "$WORK/runs/train/logs/nemo_rl.log" 2>/dev/null
+    report "driver joined ray.sub's cluster" $? "see $WORK/runs/train/logs/nemo_rl.log"
+    grep -q "^advantage: nemo-mmpo mmpo" "$driver_log" 2>/dev/null
+    report "entry point's check ran in the job" $? "no plan in $driver_log"
+    steps="$(grep -c '^step  *[0-9]*/3 ' "$driver_log" 2>/dev/null)"
+    weights="$WORK/runs/train/checkpoints/step_3/policy/weights"
+    [[ "$steps" -eq 3 && -d "$weights" ]]
+    report "3 GRPO steps and a checkpoint" $? "steps logged: ${steps:-0}, $weights $([[ -d $weights ]] && echo present || echo missing)" "$weights"
+fi
+
+# scancel mid-run: the job ends CANCELLED and no Ray process is left behind.
+namespace_processes() {  # "pid:name" of each process in slurmd's namespace but its init, slurmd
+    local init pid namespace name
+    init="$(pgrep -P "$(cat "$WORK/run/slurmd-namespace.pid")" | head -n 1)"
+    namespace="$(readlink "/proc/$init/ns/pid")"
+    for pid in /proc/[0-9]*; do
+        pid="${pid#/proc/}"
+        [[ $pid != "$init" && "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" == "$namespace" ]] || continue
+        name="$(cat "/proc/$pid/comm" 2>/dev/null)"
+        [[ -n "$name" && $name != slurmd ]] && echo "$pid:$name"
+    done
+}
+no_job_processes() { [[ -z "$(namespace_processes)" ]]; }
+submit cancel grpo.max_num_steps=200
+job="$(submitted_id cancel)"
+if [[ -z "$job" ]]; then
+    report "scancel mid-run" 1 "not submitted: $(tail -n 5 "$WORK/log/submit-cancel.log")"
+else
+    driver_log="$WORK/jobs/$job-logs/ray-driver.log"
+    in_training() { grep -q '^step  *[0-9]*/200 ' "$driver_log" 2>/dev/null || job_ended "$job"; }
+    wait_until 150 in_training
+    running="$(grep -c '^step  *[0-9]*/200 ' "$driver_log" 2>/dev/null) steps done"
+    ray_before="$(namespace_processes | grep -c -E ':(raylet|gcs_server)$')"
+    scancel "$job"
+    wait_until 60 job_ended "$job"
+    state="$(job_state "$job")"
+    wait_until 30 no_job_processes
+    left="$(namespace_processes | tr '\n' ';')"
+    [[ $state == CANCELLED && $ray_before -ge 2 && -z "$left" ]]
+    report "scancel mid-run" $? "job $job at $running, $ray_before Ray daemons; then $state, left behind: ${left:-nothing}" \
+        "job $job cancelled at $running; nothing left behind"
+fi
+
+echo "slurm suite: $failures failed, $((SECONDS - started)) s"
+[[ $failures -eq 0 ]]

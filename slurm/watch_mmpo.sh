@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Evaluate a training run's checkpoints with the paper's protocol as they appear: one GPU job
+# beside the training job, running `nemo-mmpo eval watch --follow` (vLLM) in NeMo-RL's
+# container. Safe to submit before, during or after training, and to requeue: it skips what it
+# evaluated and resumes a step it was interrupted in.
+# Usage:  CONFIG=examples/configs/mmpo_math_qwen3_1.7b.yaml bash slurm/watch_mmpo.sh [overrides]
+set -euo pipefail
+
+# ---------------------------------------------------------------- edit these -----------
+ACCOUNT="${ACCOUNT:-YOUR_ACCOUNT}"
+PARTITION="${PARTITION:-YOUR_PARTITION}"
+CONTAINER="${CONTAINER:-nvcr.io/nvidia/nemo-rl:v0.7.0}"
+NEMO_RL_DIR="${NEMO_RL_DIR:-/opt/nemo-rl}"           # NeMo-RL checkout inside the container
+MMPO_DIR="${MMPO_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"  # this repository (shared filesystem)
+CONFIG="${CONFIG:-examples/configs/mmpo_math_qwen3_1.7b.yaml}"  # the training run's recipe
+TIME="${TIME:-24:00:00}"
+JOB_NAME="${JOB_NAME:-watch-$(basename "$CONFIG" .yaml)}"
+SBATCH="${SBATCH:-sbatch}"
+EXTRA_MOUNTS="${EXTRA_MOUNTS:-}"
+BACKEND="${BACKEND:-vllm}"                          # vllm (GPU) or hf
+# ----------------------------------------------------------------------------------------
+
+MOUNTS="$MMPO_DIR:$MMPO_DIR${EXTRA_MOUNTS:+,$EXTRA_MOUNTS}"
+WATCH="cd $(printf '%q' "$MMPO_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR PYTHONPATH=$(printf '%q' "$MMPO_DIR") uv run --project $NEMO_RL_DIR python -m nemo_mmpo.eval watch --config $(printf '%q' "$CONFIG") --backend $BACKEND --follow $(printf '%q ' "$@")"
+"$SBATCH" \
+    --nodes=1 \
+    --account="$ACCOUNT" \
+    --partition="$PARTITION" \
+    --job-name="$JOB_NAME" \
+    --time="$TIME" \
+    --gres=gpu:1 \
+    --output="$MMPO_DIR/logs/%x-%j.out" \
+    --wrap="srun --container-image=$CONTAINER --container-mounts=$MOUNTS --container-workdir=$MMPO_DIR bash -c $(printf '%q' "$WATCH")"
