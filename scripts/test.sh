@@ -26,12 +26,28 @@ fi
 # names one. Without either, the tests that need it skip and say why.
 # shellcheck source=scripts/nemo_rl_env.sh
 source scripts/nemo_rl_env.sh
+checkout=""
 if [[ -z "${NEMO_RL_PATH:-}" ]] && nemo_rl_snapshot_refs | grep -qx "v0.7.0"; then
     checkout="$(nemo_rl_unpack v0.7.0)"
+fi
+# Meanwhile (mostly downloads and unpacking), the NeMo-RL suite's Python 3.13 environment and
+# the other snapshots; scripts/test_nemo_rl.sh finds them ready (or builds what failed, loudly).
+preparing_log="$(mktemp)"
+(
+    python="$(nemo_rl_python)"
+    [[ -z "$python" ]] || nemo_rl_environment "$python"
+    for ref in $(nemo_rl_snapshot_refs); do nemo_rl_unpack "$ref" >/dev/null; done
+) >"$preparing_log" 2>&1 &
+preparing=$!
+trap 'kill "$preparing" 2>/dev/null || true' EXIT
+if [[ -n "$checkout" ]]; then
     NEMO_RL_PATH="$checkout" "$VENV/bin/python" -m pytest "$@"
 else
     "$VENV/bin/python" -m pytest "$@"
 fi
+wait "$preparing" || echo "preparing the NeMo-RL environment failed; the NeMo-RL suite retries"
+cat "$preparing_log"
+rm -f "$preparing_log"
 # The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings).
 bash scripts/test_nemo_rl.sh
 # slurm/submit_mmpo.sh through NeMo-RL's ray.sub to a real Slurm on this machine.

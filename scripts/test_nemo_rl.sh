@@ -57,6 +57,10 @@ require=0
 status=0
 logs="$UNPACKED/logs"
 mkdir -p "$logs"
+# one warm-start cache for the snapshots' sessions (same interpreter and torch): the first
+# trains the tiny recipe's warm start, the second reads it; emptied here, so each run trains
+warm_starts="$ROOT/$UNPACKED/test_warm_starts"
+rm -rf "$warm_starts"
 for ref in "${refs[@]}"; do
     if [[ "$ref" == "checkout" ]]; then
         nemo_rl="$(cd "$NEMO_RL_PATH" && pwd)"
@@ -72,6 +76,7 @@ for ref in "${refs[@]}"; do
     selection="nemo_rl"
     [[ "$ref" == "v0.7.0" || -n "${NEMO_RL_PATH:-}" ]] || selection="nemo_rl and not one_snapshot"
     NEMO_RL_PATH="$nemo_rl" PYTHONPATH="$nemo_rl:$ROOT" NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
+        NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" \
         "$VENV/bin/python" -m pytest tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
         -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
         "${extra_pytest[@]}" >"$log" 2>&1

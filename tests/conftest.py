@@ -40,7 +40,14 @@ def pattern_probabilities(patterns: torch.Tensor, success_probability: float) ->
 @pytest.fixture(scope="session")
 def tiny_warm_starts(tmp_path_factory):
     """One warm-start cache for the session's tiny runs: the first run of a seed trains it
-    (about a minute on 2 cores), the others read it."""
+    (about a minute on 2 cores), the others read it. ``NEMO_MMPO_TEST_WARM_STARTS`` names a
+    folder to use instead: ``scripts/test_nemo_rl.sh`` empties one and gives it to both NeMo-RL
+    snapshots' sessions (same interpreter and torch, and the warm start does not involve
+    NeMo-RL), so the second reads what the first trained."""
+    shared = os.environ.get("NEMO_MMPO_TEST_WARM_STARTS")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        return Path(shared)
     return tmp_path_factory.mktemp("tiny_warm_starts")
 
 

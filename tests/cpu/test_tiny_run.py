@@ -152,6 +152,7 @@ def check_the_evaluations(run_dir: Path, console: Console) -> None:
     assert sum("evaluation at step" in line for line in console.lines) == 3
 
 
+@pytest.mark.one_snapshot  # CI time: the other two runs print progress lines on both
 def test_nemo_rl_output_goes_to_a_log_file_and_the_terminal_gets_one_line_per_step(
     tmp_path, warm_starts
 ):

@@ -85,6 +85,7 @@ def half_written_step(evaluation: Path) -> int | None:
     return None
 
 
+@pytest.mark.one_snapshot  # CI time: the in-loop evaluation runs on both snapshots
 def test_the_watcher_survives_kill_9_and_evaluates_every_checkpoint_once(
     tmp_path, tiny_warm_starts
 ):

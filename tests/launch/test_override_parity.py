@@ -122,6 +122,7 @@ def test_the_fallback_without_a_checkout_finds_the_same(form, monkeypatch):
     assert ours(FORMS[form]) == expected
 
 
+@pytest.mark.one_snapshot  # CI time: the forms themselves are compared on every snapshot
 def test_a_few_forms_agree_through_the_entry_point_from_another_directory(tmp_path):
     """``--dry-run --print-config`` with a ``--config`` relative to the working directory:
     the YAML it prints is NeMo-RL's resolved config; a refused form exits 2."""
