@@ -20,21 +20,15 @@ from nemo_mmpo.errors import MMPOInputError
 def warm_start_command(args: argparse.Namespace, overrides: list[str]) -> int:
     from nemo_mmpo.cpu.measure import success_profile
     from nemo_mmpo.cpu.model import char_tokenizer
-    from nemo_mmpo.cpu.rig_settings import TinySettings, sampler_from_generation
-    from nemo_mmpo.cpu.warm_start import WarmStartSpec, load_or_make
+    from nemo_mmpo.cpu.rig_settings import TinySettings
+    from nemo_mmpo.cpu.warm_start import load_or_make
     from nemo_mmpo.launch.loader import load
 
     config = load(args.config, overrides).config
     settings = TinySettings.from_config(config.get("cpu_backend"))
     if settings.warm_start_cache is None:
         raise MMPOInputError("cpu_backend.warm_start_cache is null: give a directory to write to")
-    spec = WarmStartSpec(
-        task=settings.task,
-        shape=settings.model,
-        settings=settings.warm_start,
-        sampler=sampler_from_generation(config["policy"]["generation"]),
-        seed=settings.seed,
-    )
+    spec = settings.warm_start_spec(config["policy"]["generation"])
     tokenizer = char_tokenizer()
     model, _, directory = load_or_make(spec, tokenizer, Path(settings.warm_start_cache))
     print(f"warm start: {directory}")

@@ -32,9 +32,9 @@ from nemo_mmpo.cpu.console import ProgressLogger, output_to_file
 from nemo_mmpo.cpu.model import char_tokenizer
 from nemo_mmpo.cpu.node_watch import NodeDiedError, watch_nodes
 from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter, ray_session
-from nemo_mmpo.cpu.rig_settings import TinySettings, sampler_from_generation
+from nemo_mmpo.cpu.rig_settings import TinySettings
 from nemo_mmpo.cpu.task import datum, write_benchmark_file
-from nemo_mmpo.cpu.warm_start import WarmStartSpec, load_or_make
+from nemo_mmpo.cpu.warm_start import load_or_make
 from nemo_mmpo.errors import MMPOInputError
 
 #: NeMo-RL's full output, in the run's log directory.
@@ -138,13 +138,7 @@ def _policy_model(settings: TinySettings, tokenizer: Any, master: dict, checkpoi
         note(f"resuming from {last}")
         model = LlamaForCausalLM.from_pretrained(weights_path).float().eval()
         return model, optimizer_path, checkpointer.load_training_info(last), last
-    spec = WarmStartSpec(
-        task=settings.task,
-        shape=settings.model,
-        settings=settings.warm_start,
-        sampler=sampler_from_generation(master["policy"]["generation"]),
-        seed=settings.seed,
-    )
+    spec = settings.warm_start_spec(master["policy"]["generation"])
     cache = None if settings.warm_start_cache is None else Path(settings.warm_start_cache)
     model, _, _ = load_or_make(spec, tokenizer, cache, log=note)
     return model, None, None, None

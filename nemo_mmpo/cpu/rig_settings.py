@@ -19,7 +19,7 @@ from pydantic import Field
 
 from nemo_mmpo.cpu.model import ModelShape
 from nemo_mmpo.cpu.task import AdditionTask
-from nemo_mmpo.cpu.warm_start import Sampler, WarmStartSettings
+from nemo_mmpo.cpu.warm_start import Sampler, WarmStartSettings, WarmStartSpec
 from nemo_mmpo.settings import Settings, parse
 
 CPU_SECTION = "cpu_backend"
@@ -48,6 +48,17 @@ class TinySettings(Settings):
     @classmethod
     def from_config(cls, section: Any) -> TinySettings:
         return parse(cls, section, CPU_SECTION)
+
+    def warm_start_spec(self, generation: dict[str, Any]) -> WarmStartSpec:
+        """What determines this recipe's warm start (its cache key), with the RL run's sampler
+        (``policy.generation``)."""
+        return WarmStartSpec(
+            task=self.task,
+            shape=self.model,
+            settings=self.warm_start,
+            sampler=sampler_from_generation(generation),
+            seed=self.seed,
+        )
 
 
 def sampler_from_generation(generation: dict[str, Any]) -> Sampler:

@@ -24,9 +24,8 @@ import_nemo_rl("nemo_rl.algorithms.grpo")
 from nemo_mmpo.cpu import driver
 from nemo_mmpo.cpu.measure import expected_success
 from nemo_mmpo.cpu.model import char_tokenizer
-from nemo_mmpo.cpu.rig_settings import TinySettings, sampler_from_generation
+from nemo_mmpo.cpu.rig_settings import TinySettings
 from nemo_mmpo.cpu.task import AdditionTask
-from nemo_mmpo.cpu.warm_start import WarmStartSpec
 from nemo_mmpo.launch.loader import load
 
 #: The smallest gain at step 50 over the spread's 13 runs, on the first 512 training problems.
@@ -64,13 +63,7 @@ def test_fifty_steps_raise_the_expected_success_of_the_training_problems(
     ).config
     summary = driver.run(config, console=Quiet())
     settings = TinySettings.from_config(config["cpu_backend"])
-    spec = WarmStartSpec(
-        task=settings.task,
-        shape=settings.model,
-        settings=settings.warm_start,
-        sampler=sampler_from_generation(config["policy"]["generation"]),
-        seed=settings.seed,
-    )
+    spec = settings.warm_start_spec(config["policy"]["generation"])
     info = Path(tiny_warm_starts) / spec.key() / "warm_start.json"
     tokenizer = char_tokenizer()
     problems = AdditionTask().split()[0][:512]
