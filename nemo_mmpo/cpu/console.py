@@ -69,13 +69,19 @@ class ProgressLogger:
         self._started = time.monotonic()
         self._last = self._started
         self._steps_seen = 0
+        #: ``time.monotonic()`` of the last metrics NeMo-RL logged (a step or an evaluation),
+        #: and the last training step: what the driver's stall watch reads
+        self.last_logged = self._started
+        self.last_step = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._logger, name)
 
     def log_metrics(self, metrics: dict[str, Any], step: int, prefix: str = "", *args, **kwargs):
         result = self._logger.log_metrics(metrics, step, prefix, *args, **kwargs)
+        self.last_logged = time.monotonic()
         if prefix == "train" and "reward" in metrics:
+            self.last_step = step
             self._line(float(metrics["reward"]), step)
         if prefix == "validation" and "paper/average" in metrics:
             passes = {

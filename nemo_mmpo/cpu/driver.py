@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import random
+import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +32,7 @@ import torch
 
 from nemo_mmpo.cpu.console import ProgressLogger, output_to_file
 from nemo_mmpo.cpu.model import char_tokenizer
-from nemo_mmpo.cpu.node_watch import NodeDiedError, watch_nodes
+from nemo_mmpo.cpu.node_watch import NodeDiedError, TrainingStalledError, watch_nodes
 from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter, ray_session
 from nemo_mmpo.cpu.rig_settings import TinySettings
 from nemo_mmpo.cpu.task import datum, write_benchmark_file
@@ -117,6 +119,67 @@ def _warn_if_async_resume_can_stall(grpo: Any, note: Any) -> None:
             "can wait forever for the step after the one it resumes at; if no step follows, "
             "stop it and resume with a NeMo-RL that has the fix (main does)"
         )
+
+
+def _validate_before_async_loop(grpo: Any, arguments: dict[str, Any]) -> None:
+    """The step-0 evaluation of an async run, done here, before ``async_grpo_train`` starts
+    (which then gets ``grpo.val_at_start=false``), as NeMo-RL does it: the same ``validate``
+    (ours, through ``install()``), logged the same way.
+
+    Inside the loop, NeMo-RL pauses its trajectory collector for the evaluation while step 0's
+    trajectories finish, and resumes it just as the trainer takes them. The collector then
+    reads which steps were consumed (none yet), the trainer removes step 0's batch, and the
+    collector, finding step 0 short, generates it again instead of step 1: the trainer waits
+    for step 1 forever with a full replay buffer (seen in CI on v0.7.0; main's wait for step
+    1 before training, NVIDIA-NeMo/RL#3066, makes it much rarer). Evaluated before the loop,
+    the collector claims step 1 while step 0 is still being generated. NeMo-RL main's
+    ``stop_at_validation_threshold`` is not applied to this evaluation. As in NeMo-RL's loop,
+    a failed evaluation is printed (traceback in the log) and training goes on.
+    """
+    logger = arguments["logger"]
+    try:
+        metrics, timings = grpo.validate(
+            arguments["policy_generation"],
+            arguments["val_dataloader"],
+            arguments["tokenizer"],
+            arguments["val_task_to_env"],
+            step=0,
+            master_config=arguments["master_config"],
+            logger=logger,
+        )
+    except Exception as error:
+        traceback.print_exc()
+        logger.note(f"the evaluation at step 0 failed ({error}); training goes on without it")
+        return
+    logger.log_metrics(metrics, 0, prefix="validation")
+    logger.log_metrics(timings, 0, prefix="timing/validation")
+
+
+def _stall_check(progress: ProgressLogger, timeout_s: float, grpo: Any):
+    """``stalled()`` for :func:`watch_nodes`: a message once nothing (a step, an evaluation)
+    has been logged for ``timeout_s`` seconds (``cpu_backend.stall_timeout_s``)."""
+    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX, async_resume_can_stall
+
+    root = Path(grpo.__file__).resolve().parents[2]
+    known = (
+        f"; this NeMo-RL ({root}) lacks {ASYNC_RESUME_FIX}, without which its async trainer "
+        "can wait forever for the step after the one it starts or resumes at"
+        if async_resume_can_stall(root)
+        else ""
+    )
+
+    def stalled() -> str | None:
+        quiet = time.monotonic() - progress.last_logged
+        if quiet < timeout_s:
+            return None
+        return (
+            f"NeMo-RL's async trainer logged nothing for {quiet:.0f} s after step "
+            f"{progress.last_step} (cpu_backend.stall_timeout_s={timeout_s:g}): it is waiting "
+            "for trajectories its collector is not generating (the collector's output is in "
+            f"Ray's worker logs, /tmp/ray/session_latest/logs/worker-*.out by default){known}"
+        )
+
+    return stalled
 
 
 def _resume_note(checkpointer: Any) -> str:
@@ -238,14 +301,23 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
             "master_config": master_config,
         }
         if asynchronous:
+            if grpo_config["val_at_start"] and last is None:
+                _validate_before_async_loop(grpo, arguments)
+                arguments["master_config"] = grpo.MasterConfig(
+                    **dict(raw_config, grpo=dict(grpo_config, val_at_start=False))
+                )
             age = grpo_config["async_grpo"]["max_trajectory_age_steps"]
-            try:  # a Ray node lost under NeMo-RL's async loop: an error, not an endless wait
-                with collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM), watch_nodes():
+            stalled = _stall_check(arguments["logger"], settings.stall_timeout_s, grpo)
+            try:  # a Ray node lost, or a step never generated: an error, not an endless wait
+                with (
+                    collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM),
+                    watch_nodes(stalled=stalled),
+                ):
                     grpo.async_grpo_train(
                         dataloader=dataloader, max_trajectory_age_steps=age, **arguments
                     )
-            except NodeDiedError as error:
-                raise NodeDiedError(f"{error}; {_resume_note(checkpointer)}") from None
+            except (NodeDiedError, TrainingStalledError) as error:
+                raise type(error)(f"{error}; {_resume_note(checkpointer)}") from None
             if master["checkpointing"].get("enabled", True):
                 _check_async_run_finished(checkpointer, grpo_config["max_num_steps"])
         else:

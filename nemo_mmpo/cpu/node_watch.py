@@ -1,15 +1,18 @@
-"""A clear error, not a hang, when a Ray node dies under a run.
+"""A clear error, not a hang, when a Ray node dies under a run or the run stops making progress.
 
 NeMo-RL's ``async_grpo_train`` waits for its replay buffer without a deadline, and its
 trajectory collector prints and swallows the errors of the generation and environment calls
 that would have filled it; NeMo-RL's ``MathEnvironment`` restarts without limit
 (``max_restarts=-1``), so an environment placed on a node that died waits for that node to come
-back. A node lost under an async run would leave the driver waiting forever.
+back. A node lost under an async run would leave the driver waiting forever; so would a step
+the collector never generates (a race in NeMo-RL's collector: see the driver).
 
 :func:`watch_nodes` reads Ray's node table (``ray.nodes()``, from the GCS) every ``period``
-seconds in a thread. When a node that was alive when the block started is no longer alive, it
-interrupts the main thread (the way Ctrl-C does, through ``SIGINT``'s Python handler, replaced
-for the block) with :class:`NodeDiedError`, again every period until the block ends: NeMo-RL's
+seconds in a thread, and asks ``stalled()`` (when given) whether the run has stopped making
+progress. When a node that was alive when the block started is no longer alive
+(:class:`NodeDiedError`), or ``stalled()`` returns a message (:class:`TrainingStalledError`),
+it interrupts the main thread (the way Ctrl-C does, through ``SIGINT``'s Python handler,
+replaced for the block) with that error, again every period until the block ends: NeMo-RL's
 loop catches it as any error, runs its own clean-up and returns, and the block then raises it.
 A real Ctrl-C still reaches the previous handler.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import _thread
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +32,10 @@ _RAY_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "node:", "accel
 
 class NodeDiedError(RuntimeError):
     """A Ray node the run used died; the message names it."""
+
+
+class TrainingStalledError(RuntimeError):
+    """The run stopped making progress; the message says since when and what was waited for."""
 
 
 def describe(node: dict[str, Any]) -> str:
@@ -41,9 +48,12 @@ def describe(node: dict[str, Any]) -> str:
 
 
 @contextmanager
-def watch_nodes(period: float = 1.0) -> Iterator[None]:
+def watch_nodes(
+    period: float = 1.0, stalled: Callable[[], str | None] | None = None
+) -> Iterator[None]:
     """Raise :class:`NodeDiedError` in the block as soon as a Ray node that was alive when it
-    started has died (within about ``period`` seconds of Ray's GCS marking it dead).
+    started has died (within about ``period`` seconds of Ray's GCS marking it dead), and
+    :class:`TrainingStalledError` as soon as ``stalled()`` returns a message.
 
     Must be entered from the main thread (Python runs signal handlers there); elsewhere the
     block runs unwatched.
@@ -55,16 +65,22 @@ def watch_nodes(period: float = 1.0) -> Iterator[None]:
         return
     watched = {node["NodeID"]: node for node in ray.nodes() if node["Alive"]}
     lost: list[dict[str, Any]] = []
+    stall: list[str] = []
     done = threading.Event()
 
-    def error() -> NodeDiedError:
-        names = "; ".join(describe(node) for node in lost)
-        return NodeDiedError(f"Ray node {names} died during training")
+    def error() -> RuntimeError:
+        if lost:
+            names = "; ".join(describe(node) for node in lost)
+            return NodeDiedError(f"Ray node {names} died during training")
+        return TrainingStalledError(stall[0])
+
+    def failed() -> bool:
+        return bool(lost or stall)
 
     previous = signal.getsignal(signal.SIGINT)
 
     def on_interrupt(signum: int, frame: Any) -> None:
-        if lost:
+        if failed():
             raise error()
         if callable(previous):  # a real Ctrl-C: what it did before the block
             previous(signum, frame)
@@ -73,13 +89,17 @@ def watch_nodes(period: float = 1.0) -> Iterator[None]:
 
     def watch() -> None:
         while not done.wait(period):
-            if not lost:
+            if not failed():
                 try:
                     alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
                 except Exception:  # the GCS did not answer this time; ask again
                     continue
                 lost.extend(node for key, node in watched.items() if key not in alive)
-            if lost and not done.is_set():
+            if not failed() and stalled is not None:
+                message = stalled()
+                if message:
+                    stall.append(message)
+            if failed() and not done.is_set():
                 _thread.interrupt_main(signal.SIGINT)
 
     signal.signal(signal.SIGINT, on_interrupt)
@@ -87,10 +107,10 @@ def watch_nodes(period: float = 1.0) -> Iterator[None]:
     thread.start()
     try:
         yield
-    except NodeDiedError:
+    except (NodeDiedError, TrainingStalledError):
         raise
     except BaseException as other:  # another error on the way (a dead actor's): the node's
-        if lost:
+        if failed():
             raise error() from other
         raise
     finally:
@@ -99,5 +119,5 @@ def watch_nodes(period: float = 1.0) -> Iterator[None]:
         # signal.signal runs a simulated SIGINT still pending (with our handler) before it
         # puts the previous handler back
         signal.signal(signal.SIGINT, previous)
-    if lost:  # NeMo-RL's loop caught the interrupt and returned
+    if failed():  # NeMo-RL's loop caught the interrupt and returned
         raise error()

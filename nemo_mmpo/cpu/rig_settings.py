@@ -9,6 +9,8 @@ cpu_backend:
   warm_start: {target_low: 0.25, target_high: 0.55, learning_rate: 1.0e-3, ...}
   warm_start_cache: results/warm_starts   # null: train the warm start every time
   placement: {}                 # Ray actor options of the generation engine / environment
+  stall_timeout_s: 600          # async runs: an error when no step or evaluation is logged
+                                # for this long (NeMo-RL's async loop waits without a deadline)
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class TinySettings(Settings):
     warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
     warm_start_cache: str | None = "results/warm_starts"
     placement: Placement = Field(default_factory=Placement)
+    stall_timeout_s: float = Field(600.0, gt=0.0)
 
     @classmethod
     def from_config(cls, section: Any) -> TinySettings:

@@ -268,7 +268,8 @@ def async_training_data(config: dict[str, Any], findings: Findings) -> None:
 
 @rule
 def async_resume(config: dict[str, Any], findings: Findings) -> None:
-    """An async run on a NeMo-RL whose resume can wait forever (v0.7.0) is warned about."""
+    """An async run on a NeMo-RL whose first step after a start can wait forever (v0.7.0) is
+    warned about: after a resume, and at a fresh start with ``grpo.val_at_start=true``."""
     from nemo_mmpo.launch.checkout import (
         ASYNC_RESUME_FIX,
         async_resume_can_stall,
@@ -284,9 +285,22 @@ def async_resume(config: dict[str, Any], findings: Findings) -> None:
         f"grpo.async_grpo.enabled=true with the NeMo-RL at {root}: resumed from a checkpoint, "
         "its async trainer can skip the step after the one it resumes at and then wait "
         "forever (the replay buffer restored with step N complete; the trajectory collector "
-        f"moves on to N+2). A fresh run is not affected. Resume with a NeMo-RL that has "
-        f"{ASYNC_RESUME_FIX} (main does); a run that stalls right after resuming is this"
+        f"moves on to N+2). Resume with a NeMo-RL that has {ASYNC_RESUME_FIX} (main does); a "
+        "run that stalls right after resuming is this"
     )
+    # the CPU rig evaluates step 0 before NeMo-RL's loop, so its collector is never paused
+    if value(config, "grpo.val_at_start", False) and not value(
+        config, "cpu_backend.enabled", False
+    ):
+        findings.warnings.append(
+            f"grpo.async_grpo.enabled=true and grpo.val_at_start=true with the NeMo-RL at "
+            f"{root}: it pauses its trajectory collector for the step-0 validation while step "
+            "0's trajectories finish and resumes it as the trainer takes them; the collector "
+            "can then generate step 0 again instead of step 1, and the trainer waits forever "
+            "for step 1 (seen on the CPU rig with v0.7.0). Set grpo.val_at_start=false "
+            f"(evaluate the starting checkpoint with `nemo-mmpo eval`), or use a NeMo-RL with "
+            f"{ASYNC_RESUME_FIX}, which waits for step 1 before training step 0 (main does)"
+        )
 
 
 def _packed_row_padding(config: dict[str, Any]) -> list[str]:

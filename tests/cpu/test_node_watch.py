@@ -1,19 +1,24 @@
 """The driver's node watch on a stand-in node table (no cluster): a node that dies under a loop
 which, like NeMo-RL's async trainer, swallows every exception and would otherwise wait forever,
 ends the block with :class:`NodeDiedError` naming the node, promptly; Ctrl-C's handler is back
-afterwards. The same on a real two-node cluster: ``test_ray_nodes.py``."""
+afterwards. The same on a real two-node cluster: ``test_ray_nodes.py``. A run that logs nothing
+for ``cpu_backend.stall_timeout_s`` (the driver's stall check, on its real progress logger)
+ends the same way with :class:`TrainingStalledError`; one that keeps logging runs on."""
 
 from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.nemo_rl  # the NeMo-RL suite's environment has Ray
 ray = pytest.importorskip("ray")
 
-from nemo_mmpo.cpu.node_watch import NodeDiedError, watch_nodes
+from nemo_mmpo.cpu.console import ProgressLogger
+from nemo_mmpo.cpu.node_watch import NodeDiedError, TrainingStalledError, watch_nodes
+from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX, async_resume_can_stall
 
 HEAD = {"NodeID": "a" * 56, "NodeManagerAddress": "10.0.0.1", "Alive": True, "Resources": {}}
 WORKER = {
@@ -52,3 +57,63 @@ def test_a_node_that_stays_alive_changes_nothing(monkeypatch):
     with watch_nodes(period=0.05):
         time.sleep(0.3)
     assert signal.getsignal(signal.SIGINT) is handler
+
+
+class QuietLogger:
+    """NeMo-RL's ``Logger``, as far as the progress logger calls it."""
+
+    def log_metrics(self, metrics, step, prefix="", *args, **kwargs):
+        return None
+
+
+class Lines:
+    def __init__(self):
+        self.lines = []
+
+    def write(self, text):
+        self.lines.append(text)
+
+    def flush(self):
+        pass
+
+
+def stall_check(progress, timeout_s):
+    driver = pytest.importorskip("nemo_mmpo.cpu.driver")
+    grpo = pytest.importorskip("nemo_rl.algorithms.grpo")
+    return driver._stall_check(progress, timeout_s, grpo)
+
+
+def test_a_run_that_logs_nothing_for_the_stall_timeout_ends_with_a_clear_error(monkeypatch):
+    monkeypatch.setattr(ray, "nodes", lambda: [dict(HEAD)])
+    progress = ProgressLogger(QuietLogger(), 10, Lines())
+    stalled = stall_check(progress, 0.5)
+    progress.log_metrics({"reward": 0.5}, 3, prefix="train")
+    swallowed = []
+    started = time.monotonic()
+    with pytest.raises(TrainingStalledError) as error:
+        with watch_nodes(period=0.05, stalled=stalled):
+            while time.monotonic() - started < 30:  # NeMo-RL's wait for its replay buffer
+                try:
+                    time.sleep(0.05)
+                except Exception as caught:
+                    swallowed.append(caught)
+                    break
+    assert 0.5 <= time.monotonic() - started < 5
+    assert len(swallowed) == 1 and isinstance(swallowed[0], TrainingStalledError)
+    assert "logged nothing for" in str(error.value) and "after step 3" in str(error.value)
+    assert "cpu_backend.stall_timeout_s=0.5" in str(error.value)
+    # on a NeMo-RL without the async fix (v0.7.0) the message names it; on main it does not
+    root = Path(pytest.importorskip("nemo_rl.algorithms.grpo").__file__).resolve().parents[2]
+    assert (ASYNC_RESUME_FIX in str(error.value)) == async_resume_can_stall(root)
+
+
+def test_a_run_that_keeps_logging_is_not_stalled(monkeypatch):
+    monkeypatch.setattr(ray, "nodes", lambda: [dict(HEAD)])
+    progress = ProgressLogger(QuietLogger(), 100, Lines())
+    stalled = stall_check(progress, 0.5)
+    progress.log_metrics({"reward": 0.5}, 0, prefix="train")
+    with watch_nodes(period=0.05, stalled=stalled):
+        for step in range(1, 11):  # a step every 0.1 s for 1 s: twice the timeout in all
+            time.sleep(0.1)
+            progress.log_metrics({"reward": 0.5}, step, prefix="train")
+    assert progress.last_step == 10

@@ -45,6 +45,7 @@ def recipe(tmp_path, warm_starts, name, steps, *extra, config="mmpo_tiny_cpu.yam
         f"checkpointing.checkpoint_dir={tmp_path / name / 'checkpoints'}",
         f"logger.log_dir={tmp_path / name / 'logs'}",
         f"cpu_backend.warm_start_cache={warm_starts}",
+        "cpu_backend.stall_timeout_s=240",  # async: a stalled run fails in minutes, not hours
         *extra,
     ]
     return load(CONFIGS_DIR / config, overrides).config
@@ -283,9 +284,12 @@ def test_short_async_tiny_run_refits_a_separate_engine_and_resumes(
     monkeypatch.setattr(CPUPolicy, "train", recording_train)  # over the spies' recorder
 
     async_recipe = "mmpo_tiny_cpu_async.yaml"
+    console = Console()
     first = driver.run(
-        recipe(tmp_path, warm_starts, "async", 3, config=async_recipe), console=Console()
+        recipe(tmp_path, warm_starts, "async", 3, config=async_recipe), console=console
     )
+    # the step-0 evaluation (the driver's, before NeMo-RL's loop) is logged as NeMo-RL logs it
+    assert any(line.startswith("[nemo-mmpo] evaluation at step 0:") for line in console.lines)
     assert len(spies["estimator"]) == len(spies["train"]) == 3
     for (estimator, prompt_ids, rewards), advantages in zip(
         spies["estimator"], spies["train"], strict=True

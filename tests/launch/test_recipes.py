@@ -524,3 +524,24 @@ def test_async_recipes_warn_about_resume_on_a_nemo_rl_that_can_stall(checkout):
         else:
             assert warnings == []
     assert async_resume_warnings("mmpo_tiny_cpu.yaml") == []  # a synchronous recipe
+
+
+def validation_at_start_warnings(recipe: str, *overrides: str) -> list[str]:
+    loaded = load_run_config(ROOT / "examples" / "configs" / recipe, overrides)
+    return [w for w in check(loaded.config).warnings if "grpo.val_at_start=true with" in w]
+
+
+def test_async_validation_at_start_is_warned_about_where_it_can_stall(checkout):
+    """NeMo-RL's step-0 validation pauses the collector while step 0 finishes; on a NeMo-RL
+    without the wait for step 1 (v0.7.0) the first step can then wait forever. The GPU async
+    recipe does not validate at start; the CPU rig validates before NeMo-RL's loop."""
+    from nemo_mmpo.launch.checkout import async_resume_can_stall
+
+    gpu = "mmpo_math_qwen3_4b_async.yaml"
+    assert validation_at_start_warnings(gpu) == []  # val_at_start: false
+    warnings = validation_at_start_warnings(gpu, "grpo.val_at_start=true")
+    if async_resume_can_stall(checkout):
+        assert len(warnings) == 1 and "Set grpo.val_at_start=false" in warnings[0]
+    else:
+        assert warnings == []
+    assert validation_at_start_warnings("mmpo_tiny_cpu_async.yaml") == []
