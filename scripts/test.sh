@@ -40,10 +40,13 @@ preparing_log="$(mktemp)"
 ) >"$preparing_log" 2>&1 &
 preparing=$!
 trap 'kill "$preparing" 2>/dev/null || true' EXIT
+# On NEMO_MMPO_TEST_WORKERS processes (pytest-xdist; default 2, the CPUs CI has; 0: in this
+# process), ahead of any extra pytest arguments, which can override it (-n 0).
+workers=(-n "${NEMO_MMPO_TEST_WORKERS:-2}")
 if [[ -n "$checkout" ]]; then
-    NEMO_RL_PATH="$checkout" "$VENV/bin/python" -m pytest "$@"
+    NEMO_RL_PATH="$checkout" "$VENV/bin/python" -m pytest "${workers[@]}" "$@"
 else
-    "$VENV/bin/python" -m pytest "$@"
+    "$VENV/bin/python" -m pytest "${workers[@]}" "$@"
 fi
 wait "$preparing" || echo "preparing the NeMo-RL environment failed; the NeMo-RL suite retries"
 cat "$preparing_log"
