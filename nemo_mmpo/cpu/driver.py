@@ -107,13 +107,22 @@ def _check_async_run_finished(checkpointer: Any, max_num_steps: int) -> None:
         )
 
 
+def _root_without_async_fix(grpo: Any) -> Path | None:
+    """The running NeMo-RL's checkout when its async trainer lacks
+    :data:`~nemo_mmpo.launch.checkout.ASYNC_RESUME_FIX` (v0.7.0), else None."""
+    from nemo_mmpo.launch.checkout import async_resume_can_stall
+
+    root = Path(grpo.__file__).resolve().parents[2]
+    return root if async_resume_can_stall(root) else None
+
+
 def _warn_if_async_resume_can_stall(grpo: Any, note: Any) -> None:
     """NeMo-RL v0.7.0's async trainer can skip the step after the one it resumes at and wait
     forever (:func:`~nemo_mmpo.launch.checkout.async_resume_can_stall`): say so up front."""
-    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX, async_resume_can_stall
+    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX
 
-    root = Path(grpo.__file__).resolve().parents[2]
-    if async_resume_can_stall(root):
+    root = _root_without_async_fix(grpo)
+    if root is not None:
         note(
             f"warning: the NeMo-RL at {root} lacks {ASYNC_RESUME_FIX}: a resumed async run "
             "can wait forever for the step after the one it resumes at; if no step follows, "
@@ -158,13 +167,13 @@ def _validate_before_async_loop(grpo: Any, arguments: dict[str, Any]) -> None:
 def _stall_check(progress: ProgressLogger, timeout_s: float, grpo: Any):
     """``stalled()`` for :func:`watch_nodes`: a message once nothing (a step, an evaluation)
     has been logged for ``timeout_s`` seconds (``cpu_backend.stall_timeout_s``)."""
-    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX, async_resume_can_stall
+    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX
 
-    root = Path(grpo.__file__).resolve().parents[2]
+    root = _root_without_async_fix(grpo)
     known = (
         f"; this NeMo-RL ({root}) lacks {ASYNC_RESUME_FIX}, without which its async trainer "
         "can wait forever for the step after the one it starts or resumes at"
-        if async_resume_can_stall(root)
+        if root is not None
         else ""
     )
 
