@@ -193,6 +193,7 @@ class VerifierPool:
         self.workers: list[_Worker] = [self._start() for _ in range(self.num_workers)]
         self.counts: Counter[str] = Counter()
         self.replaced_workers = 0
+        self.seconds_replacing = 0.0  # spent starting replacements (Math-Verify's import)
 
     def _start(self) -> _Worker:
         parent, child = self.context.Pipe()
@@ -217,6 +218,7 @@ class VerifierPool:
             self.workers[position] = self._replace(worker)
 
     def _replace(self, worker: _Worker) -> _Worker:
+        start = time.monotonic()
         worker.process.kill()
         worker.process.join(timeout=5)
         worker.connection.close()
@@ -225,6 +227,7 @@ class VerifierPool:
         self.replaced_workers += 1
         replacement = self._start()
         self._await_ready(replacement)
+        self.seconds_replacing += time.monotonic() - start
         return replacement
 
     @staticmethod
