@@ -11,10 +11,15 @@ the collector never generates (a race in NeMo-RL's collector: see the driver).
 seconds in a thread, and asks ``stalled()`` (when given) whether the run has stopped making
 progress. When a node that was alive when the block started is no longer alive
 (:class:`NodeDiedError`), or ``stalled()`` returns a message (:class:`TrainingStalledError`),
-it interrupts the main thread (the way Ctrl-C does, through ``SIGINT``'s Python handler,
-replaced for the block) with that error, again every period until the block ends: NeMo-RL's
-loop catches it as any error, runs its own clean-up and returns, and the block then raises it.
-A real Ctrl-C still reaches the previous handler.
+it interrupts the main thread the way Ctrl-C does (a ``SIGINT`` to that thread, whose Python
+handler is replaced for the block), and the block raises that error. The interrupt is a
+``KeyboardInterrupt``: inside ``ray.get`` Ray turns only that into an exception at once
+(another exception raised by a signal handler there is swallowed until the call returns, which
+for a call waiting on a dead node is never: seen in ``test_ray_nodes.py``, 2026-11-24). NeMo-RL's
+``except Exception`` clauses let it through and its ``finally`` clean-up runs; if the
+block has not ended ``cleanup_grace`` seconds after an interrupt was delivered (a clean-up call
+waiting on the dead node), it is interrupted again. A real Ctrl-C still reaches the previous
+handler.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import _thread
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,6 +44,10 @@ class TrainingStalledError(RuntimeError):
     """The run stopped making progress; the message says since when and what was waited for."""
 
 
+class WatchInterrupt(KeyboardInterrupt):
+    """What the watch raises in the main thread; the block turns it into the error it names."""
+
+
 def describe(node: dict[str, Any]) -> str:
     """``<id> (<address>, resources a, b)`` for a row of ``ray.nodes()``."""
     custom = sorted(
@@ -47,9 +57,20 @@ def describe(node: dict[str, Any]) -> str:
     return f"{node['NodeID'][:12]} ({node.get('NodeManagerAddress', '?')}{resources})"
 
 
+def interrupt_main_thread() -> None:
+    """A real ``SIGINT`` to the main thread where the platform can direct one (it also ends a
+    blocking system call there, such as a ``time.sleep``), else Python's simulated one."""
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    else:
+        _thread.interrupt_main(signal.SIGINT)
+
+
 @contextmanager
 def watch_nodes(
-    period: float = 1.0, stalled: Callable[[], str | None] | None = None
+    period: float = 1.0,
+    stalled: Callable[[], str | None] | None = None,
+    cleanup_grace: float = 20.0,
 ) -> Iterator[None]:
     """Raise :class:`NodeDiedError` in the block as soon as a Ray node that was alive when it
     started has died (within about ``period`` seconds of Ray's GCS marking it dead), and
@@ -66,6 +87,7 @@ def watch_nodes(
     watched = {node["NodeID"]: node for node in ray.nodes() if node["Alive"]}
     lost: list[dict[str, Any]] = []
     stall: list[str] = []
+    delivered: list[float] = []  # when the handler raised the interrupt
     done = threading.Event()
 
     def error() -> RuntimeError:
@@ -80,8 +102,11 @@ def watch_nodes(
     previous = signal.getsignal(signal.SIGINT)
 
     def on_interrupt(signum: int, frame: Any) -> None:
+        if failed() and done.is_set():
+            return  # a late interrupt: the block is ending, and raises the error itself
         if failed():
-            raise error()
+            delivered.append(time.monotonic())
+            raise WatchInterrupt(str(error()))
         if callable(previous):  # a real Ctrl-C: what it did before the block
             previous(signum, frame)
         else:
@@ -100,7 +125,8 @@ def watch_nodes(
                 if message:
                     stall.append(message)
             if failed() and not done.is_set():
-                _thread.interrupt_main(signal.SIGINT)
+                if not delivered or time.monotonic() - delivered[-1] >= cleanup_grace:
+                    interrupt_main_thread()
 
     signal.signal(signal.SIGINT, on_interrupt)
     thread = threading.Thread(target=watch, name="nemo-mmpo-node-watch", daemon=True)
@@ -109,15 +135,16 @@ def watch_nodes(
         yield
     except (NodeDiedError, TrainingStalledError):
         raise
-    except BaseException as other:  # another error on the way (a dead actor's): the node's
+    except BaseException:  # the interrupt (ours, or Ray's KeyboardInterrupt from
+        # ray.get), or another error on the way (a dead actor's): the node's error
         if failed():
-            raise error() from other
+            raise error() from None
         raise
     finally:
         done.set()
         thread.join(timeout=period + 10)
-        # signal.signal runs a simulated SIGINT still pending (with our handler) before it
-        # puts the previous handler back
+        # signal.signal runs a simulated SIGINT still pending (with our handler, which does
+        # nothing once done is set) before it puts the previous handler back
         signal.signal(signal.SIGINT, previous)
-    if failed():  # NeMo-RL's loop caught the interrupt and returned
+    if failed():  # the block caught the interrupt and returned
         raise error()

@@ -263,6 +263,17 @@ def start_driver(run_dir: Path, warm_starts: Path, steps: int) -> tuple[subproce
     return process, log_path
 
 
+def stacks(pid: int) -> str:
+    """Every thread's Python stack in process ``pid`` (py-spy, which NeMo-RL's environment has)."""
+    py_spy = Path(sys.executable).with_name("py-spy")
+    if not py_spy.is_file():
+        return f"(no {py_spy} to read them)"
+    result = subprocess.run(
+        [str(py_spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+    )
+    return result.stdout + result.stderr
+
+
 def latest_step(run_dir: Path) -> int:
     steps = [int(path.name.split("_")[1]) for path in (run_dir / "checkpoints").glob("step_*")]
     return max(steps, default=0)
@@ -288,7 +299,13 @@ def test_async_run_on_two_nodes_fails_clearly_when_the_worker_dies_and_resumes(
         assert actor_nodes("MathEnvironment") == {first_worker}
         two_nodes.worker.kill()  # the worker node's machine dies mid-run
         killed_at = time.monotonic()
-        process.wait(timeout=120)  # not a hang: the run ends within a bounded time
+        try:
+            process.wait(timeout=120)  # not a hang: the run ends within a bounded time
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                "the run still waits 120 s after its worker node died; its stacks:\n"
+                f"{stacks(process.pid)}\nits output:\n{log_path.read_text()[-4000:]}"
+            )
     finally:
         if process.poll() is None:
             process.kill()
