@@ -56,6 +56,19 @@ def save_figure_atomic(figure: Any, path: str | Path, dpi: int = 110) -> None:
         figure.savefig(temporary, dpi=dpi, bbox_inches="tight")
 
 
+def finish_figure(
+    figure: Any, axis: Any, path: str | Path, *, xlabel: str, ylabel: str, title: str
+) -> None:
+    """Label one-axis ``figure`` (grid, small legend), save it atomically and close it."""
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    save_figure_atomic(figure, path)
+    pyplot().close(figure)
+
+
 def pyplot():
     """matplotlib's pyplot on the non-interactive Agg backend."""
     import matplotlib

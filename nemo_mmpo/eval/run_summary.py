@@ -16,7 +16,7 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.protocol import read_steps
-from nemo_mmpo.io import pyplot, save_figure_atomic, write_text_atomic
+from nemo_mmpo.io import finish_figure, pyplot, write_text_atomic
 
 
 def pass_at_all(numbers: dict[str, Any]) -> dict[str, float]:
@@ -78,13 +78,14 @@ def write_summary(output_dir: str | Path) -> Path:
     for key in (key for key in columns if key.startswith("pass@")):
         axis.plot(xs, [row[key] for row in summary["per_step"].values()], linestyle="--", label=key)
     axis.axvline(summary["selected"]["step"], color="grey", linewidth=0.8)
-    axis.set_xlabel("training step")
-    axis.set_ylabel("score (benchmark mean)")
-    axis.set_title("The paper's evaluation over the run (line: selected step)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    save_figure_atomic(figure, output_dir / "run_curves.png")
-    pyplot().close(figure)
+    finish_figure(
+        figure,
+        axis,
+        output_dir / "run_curves.png",
+        xlabel="training step",
+        ylabel="score (benchmark mean)",
+        title="The paper's evaluation over the run (line: selected step)",
+    )
     lines += ["", "![average and pass@k over steps](run_curves.png)", ""]
     path = output_dir / "run_summary.md"
     write_text_atomic(path, "\n".join(lines))

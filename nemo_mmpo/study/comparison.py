@@ -10,8 +10,9 @@ evaluated) and the final one. From their rollouts, with the project's metric cod
 - Gini of per-problem success for each alpha of the paper's filter (the filter common to the
   methods of a seed, as in ``nemo-mmpo eval report``), never-solved counts, the first-success
   distribution;
-- each method's paired difference from GRPO (same seed, same warm start), with a bootstrap
-  interval over seeds;
+- each method's paired difference from GRPO, and MMPO's from each other method (same seed,
+  same warm start): accuracy, pass@k, never solved and Gini, with a bootstrap interval over
+  seeds;
 - figures: training reward (mean and band over seeds), pass@k, Lorenz curves, first success.
 
 ``study.md`` and ``study.json`` (every number) go to the study folder.
@@ -39,7 +40,7 @@ from nemo_mmpo.eval.report import ALPHAS
 from nemo_mmpo.eval.rollouts import load_run
 from nemo_mmpo.io import write_text_atomic
 from nemo_mmpo.study.figures import figures
-from nemo_mmpo.study.methods import ALL_METHODS, REFERENCE
+from nemo_mmpo.study.methods import ALL_METHODS, PROPOSED, REFERENCE
 
 #: Student's t at 0.975 for 1..30 degrees of freedom (then the normal's 1.96).
 T_975 = (
@@ -123,9 +124,9 @@ def read_run(folder: Path) -> dict[str, Any]:
     }
 
 
-def _gini_by_seed(runs: list[dict], which: str) -> dict[str, dict[str, list[float]]]:
-    """``{method: {alpha: [Gini per seed]}}`` with the common filter of each seed's methods."""
-    result: dict[str, dict[str, list[float]]] = {}
+def _gini_by_seed(runs: list[dict], which: str) -> dict[str, dict[str, dict[int, float]]]:
+    """``{method: {alpha: {seed: Gini}}}`` with the common filter of each seed's methods."""
+    result: dict[str, dict[str, dict[int, float]]] = {}
     seeds = sorted({run["seed"] for run in runs})
     for seed in seeds:
         of_seed = {run["method"]: run[which]["success"] for run in runs if run["seed"] == seed}
@@ -136,10 +137,59 @@ def _gini_by_seed(runs: list[dict], which: str) -> dict[str, dict[str, list[floa
         for alpha in ALPHAS:
             gini = gini_by_method(vectors, alpha)
             for method in vectors:
-                result.setdefault(method, {}).setdefault(str(alpha), []).append(
-                    float(gini["methods"][method]["gini"])
+                result.setdefault(method, {}).setdefault(str(alpha), {})[seed] = float(
+                    gini["methods"][method]["gini"]
                 )
     return result
+
+
+#: The Gini columns of the paired tables (the paper's unfiltered one and a filtered one).
+PAIRED_GINI_ALPHAS = (0.0, 0.1)
+
+
+def _pair_gini(mine: dict[str, Any], theirs: dict[str, Any], alpha: float) -> float:
+    """Gini of ``mine`` minus Gini of ``theirs`` on the filter common to the two alone."""
+    shared = sorted(set(mine["success"]) & set(theirs["success"]))
+    vectors = {
+        name: np.array([row["success"][key] for key in shared])
+        for name, row in (("mine", mine), ("theirs", theirs))
+    }
+    gini = gini_by_method(vectors, alpha)["methods"]
+    return float(gini["mine"]["gini"] - gini["theirs"]["gini"])
+
+
+def paired_difference(
+    runs: list[dict[str, Any]], which: str, method: str, other: str
+) -> dict[str, dict[str, float]] | None:
+    """``method`` minus ``other`` on the seeds both ran (same seed: same warm start and data
+    order), every metric with a bootstrap interval over those seeds; None if none is shared.
+
+    Accuracy and pass@k are fractions, never solved a count, Gini a coefficient, computed on
+    the alpha filter common to the two methods (so a pair's numbers do not depend on which
+    other methods the study ran; the Gini table's filter is common to all of a seed's).
+    """
+    of_method = {run["seed"]: run[which] for run in runs if run["method"] == method}
+    of_other = {run["seed"]: run[which] for run in runs if run["method"] == other}
+    seeds = sorted(set(of_method) & set(of_other))
+    if not seeds:
+        return None
+    pairs = [(of_method[seed], of_other[seed]) for seed in seeds]
+    return {
+        "average": bootstrap([mine["average"] - theirs["average"] for mine, theirs in pairs]),
+        **{
+            key: bootstrap(
+                [mine["pass_at_k"][key] - theirs["pass_at_k"][key] for mine, theirs in pairs]
+            )
+            for key in pairs[0][0]["pass_at_k"]
+        },
+        "never_solved": bootstrap(
+            [float(mine["never_solved"] - theirs["never_solved"]) for mine, theirs in pairs]
+        ),
+        **{
+            f"gini@{alpha}": bootstrap([_pair_gini(mine, theirs, alpha) for mine, theirs in pairs])
+            for alpha in PAIRED_GINI_ALPHAS
+        },
+    }
 
 
 def aggregate(runs: list[dict[str, Any]], which: str) -> dict[str, Any]:
@@ -163,42 +213,28 @@ def aggregate(runs: list[dict[str, Any]], which: str) -> dict[str, Any]:
                 for key in rows[0]["pass_at_k"]
             },
             "never_solved": interval([row["never_solved"] for row in rows]),
-            "gini": {alpha: interval(values) for alpha, values in ginis[name].items()},
+            "gini": {
+                alpha: interval(list(by_seed.values())) for alpha, by_seed in ginis[name].items()
+            },
             "first_success": [
                 float(np.mean(column))
                 for column in zip(*(row["first_success"] for row in rows), strict=True)
             ],
         }
-    if REFERENCE in by_method:
-        reference = {run["seed"]: run[which] for run in by_method[REFERENCE]}
-        numbers["paired_difference_from_grpo"] = {}
-        for name, of_method in by_method.items():
-            if name == REFERENCE:
+    for key, reference, flip in (
+        ("paired_difference_from_grpo", REFERENCE, False),
+        ("paired_difference_of_mmpo", PROPOSED, True),
+    ):
+        if reference not in by_method:
+            continue
+        numbers[key] = {}
+        for name in by_method:
+            if name == reference:
                 continue
-            pairs = [
-                (run[which], reference[run["seed"]])
-                for run in of_method
-                if run["seed"] in reference
-            ]
-            if not pairs:
-                continue
-            numbers["paired_difference_from_grpo"][name] = {
-                "average": bootstrap(
-                    [mine["average"] - theirs["average"] for mine, theirs in pairs]
-                ),
-                **{
-                    key: bootstrap(
-                        [
-                            mine["pass_at_k"][key] - theirs["pass_at_k"][key]
-                            for mine, theirs in pairs
-                        ]
-                    )
-                    for key in pairs[0][0]["pass_at_k"]
-                },
-                "never_solved": bootstrap(
-                    [float(mine["never_solved"] - theirs["never_solved"]) for mine, theirs in pairs]
-                ),
-            }
+            method, other = (reference, name) if flip else (name, reference)
+            difference = paired_difference(runs, which, method, other)
+            if difference is not None:
+                numbers[key][name] = difference
     return numbers
 
 
@@ -251,31 +287,45 @@ def _tables(numbers: dict[str, Any], title: str) -> list[str]:
             + " | ".join(_cell(row["gini"][alpha], 1.0, 3) for alpha in alphas)
             + " |"
         )
-    paired = numbers.get("paired_difference_from_grpo") or {}
-    if paired:
-        lines += [
-            "",
-            "Paired difference from GRPO (same seed and warm start; percentage points; 95% "
+    for key, heading in (
+        (
+            "paired_difference_from_grpo",
+            "Paired difference from GRPO (method minus GRPO, same seed and warm start; "
+            "percentage points, never solved in problems, Gini in coefficient units; 95% "
             "bootstrap interval over seeds):",
-            "",
-        ]
-        keys = [key for key in next(iter(paired.values())) if key != "never_solved"]
-        lines.append("| method | " + " | ".join(keys) + " | never solved |")
-        lines.append("|---" * (len(keys) + 2) + "|")
-        for name, row in paired.items():
-            cells = [_difference(row[key], 100.0) for key in keys]
-            lines.append(
-                f"| {ALL_METHODS[name].label} | "
-                + " | ".join(cells)
-                + f" | {_difference(row['never_solved'], 1.0)} |"
-            )
+        ),
+        (
+            "paired_difference_of_mmpo",
+            f"Paired difference of {ALL_METHODS[PROPOSED].label} from each other method "
+            "(MMPO minus the method, same units; positive accuracy and negative never solved "
+            "and Gini favour MMPO):",
+        ),
+    ):
+        paired = numbers.get(key) or {}
+        if paired:
+            lines += ["", heading, ""]
+            lines += _paired_table(paired)
     return [*lines, ""]
 
 
-def _difference(entry: dict[str, float], scale: float) -> str:
-    return (
-        f"{scale * entry['mean']:+.1f} [{scale * entry['low']:+.1f}, {scale * entry['high']:+.1f}]"
-    )
+def _paired_table(paired: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    keys = list(next(iter(paired.values())))
+    header = [key.replace("gini@", "Gini α = ").replace("_", " ") for key in keys]
+    lines = ["| method | " + " | ".join(header) + " |", "|---" * (len(keys) + 1) + "|"]
+    for name, row in paired.items():
+        cells = [
+            _difference(row[key], 1.0, 3)
+            if key.startswith("gini@")
+            else _difference(row[key], 1.0 if key == "never_solved" else 100.0)
+            for key in keys
+        ]
+        lines.append(f"| {ALL_METHODS[name].label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _difference(entry: dict[str, float], scale: float, digits: int = 1) -> str:
+    mean, low, high = (scale * entry[key] for key in ("mean", "low", "high"))
+    return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
 def write_study_report(out: str | Path) -> Path:

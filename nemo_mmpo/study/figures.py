@@ -1,4 +1,5 @@
-"""The study's figures: training reward over seeds, pass@k, Lorenz curves, first success.
+"""The study's figures: training reward over seeds, pass@k, pass@k paired with GRPO, Lorenz
+curves, first success.
 
 Each reads the numbers :mod:`nemo_mmpo.study.comparison` computed (and, for the reward curves,
 the runs' TensorBoard logs) and writes a PNG into the study folder, atomically.
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from nemo_mmpo.io import pyplot, save_figure_atomic
+from nemo_mmpo.io import finish_figure, pyplot
 from nemo_mmpo.study.methods import ALL_METHODS
 
 
@@ -33,21 +34,36 @@ def figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> l
         window=window,
         title="Training reward (mean over seeds, band: lowest to highest)",
     )
-    figure, axis = pyplot().subplots(figsize=(5, 3.6))
+    series = []
     for name in methods:
         entries = numbers["methods"][name]["pass_at_k"]
-        ks = [int(key.split("@")[1]) for key in entries]
-        means = [100 * entries[key]["mean"] for key in entries]
-        errors = [100 * entries[key]["half_width"] for key in entries]
-        axis.errorbar(ks, means, yerr=errors, marker="o", capsize=3, label=ALL_METHODS[name].label)
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("k")
-    axis.set_ylabel("pass@k (%)")
-    axis.set_title("pass@k at the selected checkpoint")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    save_figure_atomic(figure, out / "study_pass_at_k.png")
-    pyplot().close(figure)
+        means = np.array([100 * entry["mean"] for entry in entries.values()])
+        errors = np.array([100 * entry["half_width"] for entry in entries.values()])
+        series.append((name, list(entries), means, [errors, errors]))
+    _pass_at_k_figure(
+        out / "study_pass_at_k.png",
+        series,
+        methods,
+        ylabel="pass@k (%)",
+        title="pass@k at the selected checkpoint",
+    )
+    paired = numbers.get("paired_difference_from_grpo") or {}
+    if paired:  # the seeds' spread hides the differences the pairing resolves
+        series = []
+        for name, row in paired.items():
+            keys = [key for key in row if key.startswith("pass@")]
+            means = np.array([100 * row[key]["mean"] for key in keys])
+            lows = means - np.array([100 * row[key]["low"] for key in keys])
+            highs = np.array([100 * row[key]["high"] for key in keys]) - means
+            series.append((name, keys, means, [lows, highs]))
+        _pass_at_k_figure(
+            out / "study_paired_pass_at_k.png",
+            series,
+            methods,
+            ylabel="pass@k minus GRPO's (points)",
+            title="Paired difference from GRPO (95% bootstrap over seeds)",
+            differences=True,
+        )
     figure, axis = pyplot().subplots(figsize=(4.6, 4.4))
     axis.plot([0, 1], [0, 1], color="grey", linestyle="--", label="equality")
     for name in methods:  # per-problem success averaged over seeds, the paper's alpha = 0.1
@@ -57,13 +73,14 @@ def figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> l
         kept = mean[(mean >= 0.1) & (mean <= 0.9)]
         if kept.size:
             axis.plot(*lorenz_curve(kept / kept.mean()), label=ALL_METHODS[name].label)
-    axis.set_xlabel("cumulative share of problems")
-    axis.set_ylabel("cumulative share of success")
-    axis.set_title("Lorenz curves (alpha = 0.1, mean over seeds)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    save_figure_atomic(figure, out / "study_lorenz.png")
-    pyplot().close(figure)
+    finish_figure(
+        figure,
+        axis,
+        out / "study_lorenz.png",
+        xlabel="cumulative share of problems",
+        ylabel="cumulative share of success",
+        title="Lorenz curves (alpha = 0.1, mean over seeds)",
+    )
     figure, axis = pyplot().subplots(figsize=(6, 3.6))
     width = 0.8 / len(methods)
     for offset, name in enumerate(methods):
@@ -71,16 +88,49 @@ def figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> l
         attempts = np.arange(1, len(pmf) + 2)
         heights = [*pmf, 1.0 - sum(pmf)]
         axis.bar(attempts + offset * width, heights, width=width, label=ALL_METHODS[name].label)
-    axis.set_xlabel("attempt of the first success (last bar: never)")
-    axis.set_ylabel("share of problems")
-    axis.set_title("First-success time at the selected checkpoint")
-    axis.legend(fontsize=8)
-    save_figure_atomic(figure, out / "study_first_success.png")
-    pyplot().close(figure)
+    finish_figure(
+        figure,
+        axis,
+        out / "study_first_success.png",
+        xlabel="attempt of the first success (last bar: never)",
+        ylabel="share of problems",
+        title="First-success time at the selected checkpoint",
+    )
     return [
         "![training reward](study_rewards.png)",
         "![pass@k](study_pass_at_k.png)",
+        *(["![pass@k minus GRPO's](study_paired_pass_at_k.png)"] if paired else []),
         "![Lorenz curves](study_lorenz.png)",
         "![first success](study_first_success.png)",
         "",
     ]
+
+
+def _pass_at_k_figure(
+    path: Path,
+    series: list[tuple[str, list[str], np.ndarray, list[np.ndarray]]],
+    methods: list[str],
+    *,
+    ylabel: str,
+    title: str,
+    differences: bool = False,
+) -> None:
+    """pass@k against k (log scale), one line with error bars ``[below, above]`` a method,
+    coloured by the method's place in ``methods`` (as in the other figures), nudged apart;
+    ``differences`` draws the zero line."""
+    figure, axis = pyplot().subplots(figsize=(5, 3.6))
+    if differences:
+        axis.axhline(0.0, color="grey", linestyle="--", linewidth=1)
+    for offset, (name, keys, means, errors) in enumerate(series):
+        ks = np.array([int(key.split("@")[1]) for key in keys], dtype=float)
+        axis.errorbar(
+            ks * 2 ** (0.06 * (offset - (len(series) - 1) / 2)),
+            means,
+            yerr=errors,
+            marker="o",
+            capsize=3,
+            label=ALL_METHODS[name].label,
+            color=f"C{methods.index(name) % 10}",
+        )
+    axis.set_xscale("log", base=2)
+    finish_figure(figure, axis, path, xlabel="k", ylabel=ylabel, title=title)

@@ -68,3 +68,5 @@ ABLATIONS = {
 ALL_METHODS = {**METHODS, **ABLATIONS}
 #: The method every other is compared with (paired by seed).
 REFERENCE = "grpo"
+#: The paper's method: the report also gives its paired difference from every other method.
+PROPOSED = "mmpo"

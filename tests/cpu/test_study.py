@@ -49,6 +49,10 @@ def test_a_two_method_study_reports_the_evaluation_reports_numbers(tmp_path, tin
             for key, value in ours["pass_at_k"].items():
                 assert value == pytest.approx(theirs[key], rel=1e-9)
             assert ours["problems"] == 240
-    for figure in ("study_rewards", "study_pass_at_k", "study_lorenz", "study_first_success"):
+    figures = ("study_rewards", "study_pass_at_k", "study_paired_pass_at_k", "study_lorenz")
+    for figure in (*figures, "study_first_success"):
         assert (out / f"{figure}.png").is_file()
-    assert "Paired difference from GRPO" in (out / "study.md").read_text()
+    text = (out / "study.md").read_text()
+    assert "Paired difference from GRPO" in text
+    assert "Paired difference of MMPO (T=4) from each other method" in text
+    assert set(study["final"]["paired_difference_of_mmpo"]) == {"grpo"}

@@ -1,0 +1,85 @@
+"""The study report's paired differences, on hand-made run records (no NeMo-RL): each pair is
+matched by seed, seeds one method lacks are left out, and a pair's Gini difference does not
+depend on which other methods the study ran."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nemo_mmpo.cpu.task import STRATA
+from nemo_mmpo.eval.metrics import gini_by_method
+from nemo_mmpo.study.comparison import _tables, aggregate, paired_difference
+
+
+def _record(method: str, seed: int, success: list[float], never_solved: int) -> dict:
+    """A run as :func:`nemo_mmpo.study.comparison.read_run` returns it (the numbers used)."""
+    average = float(np.mean(success))
+    numbers = {
+        "accuracy": dict.fromkeys(STRATA, average),
+        "average": average,
+        "pass_at_k": {"pass@1": average, "pass@4": min(1.0, 2 * average)},
+        "never_solved": never_solved,
+        "problems": len(success),
+        "first_success": [0.5, 0.5],
+        "success": {f"{index}+1": value for index, value in enumerate(success)},
+    }
+    return {"method": method, "seed": seed, "selected": numbers, "final": numbers}
+
+
+@pytest.fixture
+def runs() -> list[dict]:
+    generator = np.random.default_rng(0)
+    records = []
+    for seed in range(4):
+        for method in ("grpo", "maxrl", "mmpo"):
+            if method == "grpo" and seed == 3:
+                continue  # GRPO lacks seed 3: pairs with GRPO use seeds 0-2
+            success = generator.uniform(0, 1, size=12).round(2).tolist()
+            records.append(_record(method, seed, success, int(generator.integers(0, 5))))
+    return records
+
+
+def test_a_paired_difference_is_the_mean_over_shared_seeds(runs):
+    of = {(run["method"], run["seed"]): run["selected"] for run in runs}
+    difference = paired_difference(runs, "selected", "mmpo", "grpo")
+    expected = [of["mmpo", seed]["average"] - of["grpo", seed]["average"] for seed in range(3)]
+    assert difference["average"]["n"] == 3
+    assert difference["average"]["mean"] == pytest.approx(np.mean(expected))
+    assert min(expected) <= difference["average"]["low"] <= difference["average"]["mean"]
+    assert difference["average"]["mean"] <= difference["average"]["high"] <= max(expected)
+    solved = [
+        of["mmpo", seed]["never_solved"] - of["grpo", seed]["never_solved"] for seed in (0, 1, 2)
+    ]
+    assert difference["never_solved"]["mean"] == pytest.approx(np.mean(solved))
+    assert paired_difference(runs, "selected", "mmpo", "maxrl")["average"]["n"] == 4
+    assert paired_difference(runs, "selected", "mmpo", "nobody") is None
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.1])
+def test_a_pairs_gini_is_computed_on_the_two_methods_alone(runs, alpha):
+    of = {(run["method"], run["seed"]): run["selected"]["success"] for run in runs}
+    expected = []
+    for seed in range(3):
+        vectors = {name: np.array(list(of[name, seed].values())) for name in ("mmpo", "grpo")}
+        gini = gini_by_method(vectors, alpha)["methods"]
+        expected.append(gini["mmpo"]["gini"] - gini["grpo"]["gini"])
+    difference = paired_difference(runs, "selected", "mmpo", "grpo")[f"gini@{alpha}"]
+    assert difference["mean"] == pytest.approx(np.mean(expected))
+    without_maxrl = [run for run in runs if run["method"] != "maxrl"]
+    assert paired_difference(without_maxrl, "selected", "mmpo", "grpo")[f"gini@{alpha}"] == (
+        difference
+    )
+
+
+def test_the_report_has_both_paired_tables_with_mmpo_minus_each_method(runs):
+    numbers = aggregate(runs, "selected")
+    assert set(numbers["paired_difference_from_grpo"]) == {"maxrl", "mmpo"}
+    assert set(numbers["paired_difference_of_mmpo"]) == {"grpo", "maxrl"}
+    from_grpo = numbers["paired_difference_from_grpo"]["mmpo"]["average"]
+    of_mmpo = numbers["paired_difference_of_mmpo"]["grpo"]["average"]
+    assert of_mmpo["mean"] == pytest.approx(from_grpo["mean"])
+    text = "\n".join(_tables(numbers, "selected"))
+    assert "Paired difference from GRPO" in text
+    assert "Paired difference of MMPO (T=4) from each other method" in text
+    assert "Gini α = 0.1" in text
