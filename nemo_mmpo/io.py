@@ -59,12 +59,17 @@ def save_figure_atomic(figure: Any, path: str | Path, dpi: int = 110) -> None:
 def finish_figure(
     figure: Any, axis: Any, path: str | Path, *, xlabel: str, ylabel: str, title: str
 ) -> None:
-    """Label one-axis ``figure`` (grid, small legend), save it atomically and close it."""
+    """Label one-axis ``figure`` (grid, small legend), save it atomically and close it.
+
+    More than five legend entries go beside the axes, where they cover no data."""
     axis.set_xlabel(xlabel)
     axis.set_ylabel(ylabel)
     axis.set_title(title)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    if len(axis.get_legend_handles_labels()[1]) > 5:
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    else:
+        axis.legend(fontsize=8)
     save_figure_atomic(figure, path)
     pyplot().close(figure)
 

@@ -83,3 +83,11 @@ def test_the_report_has_both_paired_tables_with_mmpo_minus_each_method(runs):
     assert "Paired difference from GRPO" in text
     assert "Paired difference of MMPO (T=4) from each other method" in text
     assert "Gini α = 0.1" in text
+
+
+def test_every_method_of_the_study_with_its_ablations_gets_its_own_colour():
+    from nemo_mmpo.study.figures import _colours
+    from nemo_mmpo.study.methods import ALL_METHODS, METHODS
+
+    assert len(set(_colours(len(ALL_METHODS)))) >= len(ALL_METHODS) > 10
+    assert len(set(_colours(len(METHODS)))) >= len(METHODS)

@@ -17,6 +17,21 @@ from nemo_mmpo.study.methods import ALL_METHODS
 
 
 def figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> list[str]:
+    """Write the figures; a method has one colour in all of them (more than ten: tab20's)."""
+    from cycler import cycler
+
+    with pyplot().rc_context({"axes.prop_cycle": cycler(color=_colours(len(numbers["methods"])))}):
+        return _figures(runs, numbers, out)
+
+
+def _colours(count: int) -> list[Any]:
+    """``count`` distinct colours: tab10 (matplotlib's default cycle), or tab20 past ten."""
+    import matplotlib
+
+    return list(matplotlib.colormaps["tab10" if count <= 10 else "tab20"].colors)
+
+
+def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> list[str]:
     from nemo_mmpo.cpu.curves import plot_reward_bands
     from nemo_mmpo.eval.metrics import lorenz_curve
 
@@ -118,6 +133,7 @@ def _pass_at_k_figure(
     """pass@k against k (log scale), one line with error bars ``[below, above]`` a method,
     coloured by the method's place in ``methods`` (as in the other figures), nudged apart;
     ``differences`` draws the zero line."""
+    colours = _colours(len(methods))
     figure, axis = pyplot().subplots(figsize=(5, 3.6))
     if differences:
         axis.axhline(0.0, color="grey", linestyle="--", linewidth=1)
@@ -130,7 +146,7 @@ def _pass_at_k_figure(
             marker="o",
             capsize=3,
             label=ALL_METHODS[name].label,
-            color=f"C{methods.index(name) % 10}",
+            color=colours[methods.index(name) % len(colours)],
         )
     axis.set_xscale("log", base=2)
     finish_figure(figure, axis, path, xlabel="k", ylabel=ylabel, title=title)
