@@ -4,9 +4,10 @@
     nemo-mmpo study run --out results/study --ablations  # and T, U and the unbiased estimator
     nemo-mmpo study run --out results/study_quick --quick   # the same pipeline, minutes
     nemo-mmpo study report --out results/study           # study.md, study.json, figures
+    nemo-mmpo study check --out results/check --against results/study  # reproduced?
 
 Runs need NeMo-RL (its environment, as the tiny run: ``bash scripts/tiny_run.sh`` builds it);
-``report`` needs only the files the runs wrote.
+``report`` and ``check`` need only the files the runs wrote.
 """
 
 from __future__ import annotations
@@ -38,7 +39,21 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.study")
     run.add_argument("--no-report", action="store_true", help="do not write the report after")
     report = commands.add_parser("report", help="tables and figures from the finished runs")
     report.add_argument("--out", required=True, help="the study's folder")
+    check = commands.add_parser(
+        "check", help="does a study on other seeds reproduce a reference study's numbers?"
+    )
+    check.add_argument("--out", required=True, help="the second study's folder (reported)")
+    check.add_argument("--against", required=True, help="the reference study's folder")
     args, extra = parser.parse_known_args(argv)
+    if args.command == "check":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from nemo_mmpo.study.check import write_check
+
+        path = write_check(args.against, args.out)
+        print(path.read_text().split("\n## ")[0].strip())
+        print(f"wrote {path}")
+        return 0
     if args.command == "report":
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -1,0 +1,213 @@
+"""Does a second study reproduce the first? ``nemo-mmpo study check``.
+
+The README's study reports means with 95% intervals over five seeds. A user who runs the same
+methods on other seeds (``study run --out results/check --seeds 5 6 7 8 9``) asks two things of
+each number: does the new mean fall inside the reference's interval, and does each paired
+difference get the same verdict (interval above zero, below zero, or across it)? This module
+answers both from the two folders' ``study.json`` (written by ``study report``) and writes
+``check.md`` and ``check.json`` into the second folder.
+
+What to expect if nothing differs but the seeds: were both intervals exact normal 95%
+intervals with the same spread, a second sample's mean would fall inside the first's interval
+about 83% of the time (the two means differ by a normal with sqrt(2) times the standard
+error). The per-method intervals here are Student-t intervals over five seeds (wider), the
+paired ones percentile bootstraps of five values (narrower than exact), so the share inside is
+a rough guide, not a test; a verdict that flips from resolved to the opposite sign is the
+finding to look at.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.study.methods import ALL_METHODS, PROPOSED
+
+CHECKPOINTS = ("selected", "final")
+METHOD_METRICS = ("average", "pass@1", "pass@4", "pass@8", "pass@16", "never_solved", "gini@0.0")
+PAIRED_TABLES = {
+    "paired_difference_from_grpo": "{method} minus GRPO",
+    "paired_difference_of_mmpo": "MMPO minus {method}",
+}
+
+
+def read_study(folder: str | Path) -> dict[str, Any]:
+    """The numbers ``study report`` wrote into ``folder/study.json``."""
+    path = Path(folder) / "study.json"
+    if not path.is_file():
+        raise MMPOInputError(
+            f"{path} does not exist: run `nemo-mmpo study report --out {folder}` first"
+        )
+    return json.loads(path.read_text())
+
+
+def _method_entry(numbers: dict[str, Any], metric: str) -> dict[str, float] | None:
+    """One method's ``{mean, half_width}`` for ``metric`` (``gini@0.0``: Gini at alpha 0).
+
+    Only alpha 0 is compared per method: at alpha > 0 the report filters on the problems every
+    method of a seed keeps, so the value depends on which other methods the study ran (the
+    paired tables' Gini, on the pair's own filter, is compared at every alpha they give)."""
+    if metric.startswith("pass@"):
+        return numbers["pass_at_k"].get(metric)
+    if metric.startswith("gini@"):
+        return numbers["gini"].get(metric.split("@")[1])
+    return numbers.get(metric)
+
+
+def verdict(entry: dict[str, float]) -> str:
+    """``above zero``, ``below zero`` or ``includes zero`` for a paired ``[low, high]``."""
+    if entry["low"] > 0:
+        return "above zero"
+    if entry["high"] < 0:
+        return "below zero"
+    return "includes zero"
+
+
+def compare_studies(reference: dict[str, Any], check: dict[str, Any]) -> dict[str, Any]:
+    """Every number both studies have: the check's mean against the reference's interval.
+
+    Returns ``{"rows": [...], "inside": int, "compared": int, "verdicts_agree": int,
+    "verdicts_compared": int, "verdicts_flipped": int}``; a row holds the checkpoint, the
+    table, the method, the metric, the reference's mean, low and high, the check's mean and
+    whether it lies inside, and for paired rows both verdicts.
+    """
+    rows: list[dict[str, Any]] = []
+    for which in CHECKPOINTS:
+        mine, theirs = reference[which], check[which]
+        for method in [name for name in mine["methods"] if name in theirs["methods"]]:
+            for metric in METHOD_METRICS:
+                old = _method_entry(mine["methods"][method], metric)
+                new = _method_entry(theirs["methods"][method], metric)
+                if old is None or new is None:
+                    continue
+                low, high = old["mean"] - old["half_width"], old["mean"] + old["half_width"]
+                rows.append(
+                    {
+                        "checkpoint": which,
+                        "table": "per method",
+                        "method": method,
+                        "metric": metric,
+                        "reference": old["mean"],
+                        "low": low,
+                        "high": high,
+                        "check": new["mean"],
+                        "inside": low <= new["mean"] <= high,
+                    }
+                )
+        for table in PAIRED_TABLES:
+            old_table, new_table = mine.get(table, {}), theirs.get(table, {})
+            for method in [name for name in old_table if name in new_table]:
+                for metric, old in old_table[method].items():
+                    new = new_table[method].get(metric)
+                    if new is None:
+                        continue
+                    rows.append(
+                        {
+                            "checkpoint": which,
+                            "table": table,
+                            "method": method,
+                            "metric": metric,
+                            "reference": old["mean"],
+                            "low": old["low"],
+                            "high": old["high"],
+                            "check": new["mean"],
+                            "inside": old["low"] <= new["mean"] <= old["high"],
+                            "reference_verdict": verdict(old),
+                            "check_verdict": verdict(new),
+                        }
+                    )
+    paired = [row for row in rows if "reference_verdict" in row]
+    return {
+        "rows": rows,
+        "inside": sum(row["inside"] for row in rows),
+        "compared": len(rows),
+        "verdicts_agree": sum(row["reference_verdict"] == row["check_verdict"] for row in paired),
+        "verdicts_compared": len(paired),
+        "verdicts_flipped": sum(
+            {row["reference_verdict"], row["check_verdict"]} == {"above zero", "below zero"}
+            for row in paired
+        ),
+    }
+
+
+def _scale(metric: str) -> tuple[float, int]:
+    """Display scale and digits: accuracy in points, never solved in problems, Gini as is."""
+    if metric == "never_solved":
+        return 1.0, 1
+    if metric.startswith("gini"):
+        return 1.0, 3
+    return 100.0, 1
+
+
+def _label(row: dict[str, Any]) -> str:
+    name = ALL_METHODS[row["method"]].label if row["method"] in ALL_METHODS else row["method"]
+    if row["table"] == "per method":
+        return name
+    return PAIRED_TABLES[row["table"]].format(method=name)
+
+
+def check_markdown(result: dict[str, Any], reference: str, check: str) -> str:
+    """``check.md``: the summary, then every verdict that changed and every mean outside."""
+    share = result["inside"] / max(1, result["compared"])
+    lines = [
+        f"# Check: does `{check}` reproduce `{reference}`?",
+        "",
+        f"{result['inside']} of {result['compared']} means ({100 * share:.0f}%) lie inside the "
+        "reference's 95% interval (about 83% if nothing but the seeds differs and the intervals "
+        "were exact; see `nemo_mmpo/study/check.py`).",
+        f"{result['verdicts_agree']} of {result['verdicts_compared']} paired differences get "
+        "the same verdict (above zero, below zero, includes zero); "
+        f"{result['verdicts_flipped']} flip from one resolved sign to the other.",
+        "",
+        "## Paired differences whose verdict changed",
+        "",
+        "| checkpoint | difference | metric | reference [interval] | reference verdict "
+        "| check | check verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        if "reference_verdict" not in row or row["reference_verdict"] == row["check_verdict"]:
+            continue
+        scale, digits = _scale(row["metric"])
+        lines.append(
+            f"| {row['checkpoint']} | {_label(row)} | {row['metric']} | "
+            f"{scale * row['reference']:+.{digits}f} [{scale * row['low']:+.{digits}f}, "
+            f"{scale * row['high']:+.{digits}f}] | {row['reference_verdict']} | "
+            f"{scale * row['check']:+.{digits}f} | {row['check_verdict']} |"
+        )
+    lines += [
+        "",
+        "## Means outside the reference's interval",
+        "",
+        "| checkpoint | number | metric | reference [interval] | check |",
+        "|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        if row["inside"]:
+            continue
+        scale, digits = _scale(row["metric"])
+        lines.append(
+            f"| {row['checkpoint']} | {_label(row)} | {row['metric']} | "
+            f"{scale * row['reference']:.{digits}f} [{scale * row['low']:.{digits}f}, "
+            f"{scale * row['high']:.{digits}f}] | {scale * row['check']:.{digits}f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_check(reference: str | Path, check: str | Path) -> Path:
+    """Compare ``check``'s study with ``reference``'s; write ``check.md`` and ``check.json``
+    into ``check`` (atomically) and return the Markdown's path."""
+    result = compare_studies(read_study(reference), read_study(check))
+    if not result["compared"]:
+        raise MMPOInputError(
+            f"{reference} and {check} share no method: run the same methods "
+            f"(for example `--methods {PROPOSED} grpo`) in both"
+        )
+    folder = Path(check)
+    write_text_atomic(folder / "check.json", json.dumps(result, indent=2) + "\n")
+    path = folder / "check.md"
+    write_text_atomic(path, check_markdown(result, str(reference), str(check)))
+    return path
