@@ -91,3 +91,24 @@ def test_every_method_of_the_study_with_its_ablations_gets_its_own_colour():
 
     assert len(set(_colours(len(ALL_METHODS)))) >= len(ALL_METHODS) > 10
     assert len(set(_colours(len(METHODS)))) >= len(METHODS)
+
+
+@pytest.mark.parametrize(
+    "differences",
+    [[0.0, 1.0, 2.0, 3.0, 4.0], [0.3, -0.1, 0.5, 0.2, 0.0, 0.9, -0.4, 0.1, 0.2, 0.6]],
+)
+def test_the_paired_interval_is_about_as_wide_as_a_t_interval_and_wider_than_the_plain_bootstrap(
+    differences,
+):
+    from nemo_mmpo.study.comparison import bootstrap, expanded_tail, interval
+
+    assert expanded_tail(len(differences)) < 0.025  # the plain bootstrap's 2.5% tail
+    expanded, t = bootstrap(differences), interval(differences)
+    generator = np.random.default_rng(0)
+    plain = np.percentile(
+        [generator.choice(differences, len(differences)).mean() for _ in range(10_000)],
+        [2.5, 97.5],
+    )
+    assert expanded["low"] < plain[0] and plain[1] < expanded["high"]
+    width = (expanded["high"] - expanded["low"]) / (2 * t["half_width"])
+    assert 0.8 < width < 1.2  # 0.92 and 0.98 here; a plain bootstrap of five gives about 0.63

@@ -76,7 +76,7 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
             series,
             methods,
             ylabel="pass@k minus GRPO's (points)",
-            title="Paired difference from GRPO (95% bootstrap over seeds)",
+            title="Paired difference from GRPO (95% expanded bootstrap over seeds)",
             differences=True,
         )
     figure, axis = pyplot().subplots(figsize=(4.6, 4.4))
