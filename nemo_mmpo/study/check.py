@@ -1,6 +1,6 @@
 """Does a second study reproduce the first? ``nemo-mmpo study check``.
 
-The README's study reports means with 95% intervals over five seeds. A user who runs the same
+The README's study reports means with 95% intervals over seeds. A user who runs the same
 methods on other seeds (``study run --out results/check --seeds 5 6 7 8 9``) asks two things of
 each number: does the new mean fall inside the reference's interval, and does each paired
 difference get the same verdict (interval above zero, below zero, or across it)? This module

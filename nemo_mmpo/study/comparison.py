@@ -56,7 +56,7 @@ def interval(values: list[float]) -> dict[str, float]:
     array = np.asarray(values, dtype=np.float64)
     if array.size < 2:
         return {"mean": float(array.mean()), "half_width": 0.0, "n": int(array.size)}
-    t = T_975[array.size - 2] if array.size - 1 <= len(T_975) else 1.96
+    t = t_975(array.size - 1)
     return {
         "mean": float(array.mean()),
         "half_width": float(t * array.std(ddof=1) / np.sqrt(array.size)),
@@ -90,8 +90,14 @@ def expanded_tail(count: int) -> float:
     """The lower tail probability of the expanded 95% percentile interval for ``count`` seeds."""
     if count < 2:
         return 0.025
-    t = T_975[count - 2] if count - 1 <= len(T_975) else 1.96
-    return 0.5 * math.erfc(math.sqrt(count / (count - 1)) * t / math.sqrt(2.0))
+    return 0.5 * math.erfc(math.sqrt(count / (count - 1)) * t_975(count - 1) / math.sqrt(2.0))
+
+
+def t_975(degrees_of_freedom: int) -> float:
+    """Student's t at 0.975 (the table's, then the normal's 1.96 past 30 degrees of freedom)."""
+    if degrees_of_freedom <= len(T_975):
+        return T_975[degrees_of_freedom - 1]
+    return 1.96
 
 
 def checkpoint_numbers(rollouts: Path) -> dict[str, Any]:
