@@ -8,12 +8,12 @@ import json
 
 import numpy as np
 import pytest
+from study_records import run_record
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.study.__main__ import main
 from nemo_mmpo.study.check import compare_studies, write_check
 from nemo_mmpo.study.comparison import aggregate
-from tests.test_study_report import _record
 
 
 def _study(seeds: range, shift: dict[str, float] | None = None) -> dict:
@@ -26,7 +26,7 @@ def _study(seeds: range, shift: dict[str, float] | None = None) -> dict:
             noise = generator.normal(0, 0.01, size=24)
             success = base[seed] + 0.002 * offset + noise + (shift or {}).get(method, 0.0)
             success = np.clip(success, 0, 1).round(3).tolist()
-            records.append(_record(method, seed, success, int(seed % 3)))
+            records.append(run_record(method, seed, success, int(seed % 3)))
     return {which: aggregate(records, which) for which in ("selected", "final")}
 
 

@@ -6,25 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from study_records import run_record
 
-from nemo_mmpo.cpu.task import STRATA
 from nemo_mmpo.eval.metrics import gini_by_method
 from nemo_mmpo.study.comparison import _tables, aggregate, paired_difference
-
-
-def _record(method: str, seed: int, success: list[float], never_solved: int) -> dict:
-    """A run as :func:`nemo_mmpo.study.comparison.read_run` returns it (the numbers used)."""
-    average = float(np.mean(success))
-    numbers = {
-        "accuracy": dict.fromkeys(STRATA, average),
-        "average": average,
-        "pass_at_k": {"pass@1": average, "pass@4": min(1.0, 2 * average)},
-        "never_solved": never_solved,
-        "problems": len(success),
-        "first_success": [0.5, 0.5],
-        "success": {f"{index}+1": value for index, value in enumerate(success)},
-    }
-    return {"method": method, "seed": seed, "selected": numbers, "final": numbers}
 
 
 @pytest.fixture
@@ -36,7 +21,7 @@ def runs() -> list[dict]:
             if method == "grpo" and seed == 3:
                 continue  # GRPO lacks seed 3: pairs with GRPO use seeds 0-2
             success = generator.uniform(0, 1, size=12).round(2).tolist()
-            records.append(_record(method, seed, success, int(generator.integers(0, 5))))
+            records.append(run_record(method, seed, success, int(generator.integers(0, 5))))
     return records
 
 
