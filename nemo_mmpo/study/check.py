@@ -24,6 +24,7 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.study.comparison import display_scale, format_difference
 from nemo_mmpo.study.methods import ALL_METHODS, PROPOSED
 
 CHECKPOINTS = ("selected", "final")
@@ -135,13 +136,9 @@ def compare_studies(reference: dict[str, Any], check: dict[str, Any]) -> dict[st
     }
 
 
-def _scale(metric: str) -> tuple[float, int]:
-    """Display scale and digits: accuracy in points, never solved in problems, Gini as is."""
-    if metric == "never_solved":
-        return 1.0, 1
-    if metric.startswith("gini"):
-        return 1.0, 3
-    return 100.0, 1
+def _reference(row: dict[str, Any]) -> dict[str, float]:
+    """A row's reference mean and interval as ``format_difference`` reads them."""
+    return {"mean": row["reference"], "low": row["low"], "high": row["high"]}
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -173,12 +170,11 @@ def check_markdown(result: dict[str, Any], reference: str, check: str) -> str:
     for row in result["rows"]:
         if "reference_verdict" not in row or row["reference_verdict"] == row["check_verdict"]:
             continue
-        scale, digits = _scale(row["metric"])
+        scale, digits = display_scale(row["metric"])
         lines.append(
             f"| {row['checkpoint']} | {_label(row)} | {row['metric']} | "
-            f"{scale * row['reference']:+.{digits}f} [{scale * row['low']:+.{digits}f}, "
-            f"{scale * row['high']:+.{digits}f}] | {row['reference_verdict']} | "
-            f"{scale * row['check']:+.{digits}f} | {row['check_verdict']} |"
+            f"{format_difference(_reference(row), scale, digits)} | {row['reference_verdict']} "
+            f"| {scale * row['check']:+.{digits}f} | {row['check_verdict']} |"
         )
     lines += [
         "",
@@ -190,11 +186,11 @@ def check_markdown(result: dict[str, Any], reference: str, check: str) -> str:
     for row in result["rows"]:
         if row["inside"]:
             continue
-        scale, digits = _scale(row["metric"])
+        scale, digits = display_scale(row["metric"])
         lines.append(
             f"| {row['checkpoint']} | {_label(row)} | {row['metric']} | "
-            f"{scale * row['reference']:.{digits}f} [{scale * row['low']:.{digits}f}, "
-            f"{scale * row['high']:.{digits}f}] | {scale * row['check']:.{digits}f} |"
+            f"{format_difference(_reference(row), scale, digits)} | "
+            f"{scale * row['check']:+.{digits}f} |"
         )
     return "\n".join(lines) + "\n"
 

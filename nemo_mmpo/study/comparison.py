@@ -316,7 +316,7 @@ def _tables(numbers: dict[str, Any], title: str) -> list[str]:
             "paired_difference_from_grpo",
             "Paired difference from GRPO (method minus GRPO, same seed and warm start; "
             "percentage points, never solved in problems, Gini in coefficient units; 95% "
-            "bootstrap interval over seeds):",
+            "expanded percentile bootstrap interval over seeds):",
         ),
         (
             "paired_difference_of_mmpo",
@@ -337,17 +337,23 @@ def _paired_table(paired: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     header = [key.replace("gini@", "Gini α = ").replace("_", " ") for key in keys]
     lines = ["| method | " + " | ".join(header) + " |", "|---" * (len(keys) + 1) + "|"]
     for name, row in paired.items():
-        cells = [
-            _difference(row[key], 1.0, 3)
-            if key.startswith("gini@")
-            else _difference(row[key], 1.0 if key == "never_solved" else 100.0)
-            for key in keys
-        ]
+        cells = [format_difference(row[key], *display_scale(key)) for key in keys]
         lines.append(f"| {ALL_METHODS[name].label} | " + " | ".join(cells) + " |")
     return lines
 
 
-def _difference(entry: dict[str, float], scale: float, digits: int = 1) -> str:
+def display_scale(metric: str) -> tuple[float, int]:
+    """Scale and digits a metric is shown with: accuracy and pass@k in points, never solved
+    in problems, Gini as a coefficient."""
+    if metric.startswith("gini"):
+        return 1.0, 3
+    if metric == "never_solved":
+        return 1.0, 1
+    return 100.0, 1
+
+
+def format_difference(entry: dict[str, float], scale: float, digits: int = 1) -> str:
+    """``+mean [+low, +high]`` of a paired difference, scaled."""
     mean, low, high = (scale * entry[key] for key in ("mean", "low", "high"))
     return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
 
