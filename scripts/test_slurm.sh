@@ -13,7 +13,11 @@
 # slurmd (and so every job) runs in its own PID and mount namespace with private /tmp and
 # /dev/shm: ray.sub runs `ray stop` (every Ray process on the machine it can see) and
 # `rm -rf /tmp/ray/session_*`, which must not reach Ray clusters that other work runs here.
-# Killing the namespace's first process at the end kills whatever a job left behind.
+# Killing the namespace's first process at the end kills whatever a job left behind. The paths
+# the jobs need that lie under /tmp (the checkout, NeMo-RL's environment and checkout, the work
+# folder) are bound back into the private /tmp, so a checkout under /tmp works. The jobs are
+# submitted from a copy of the working tree made under /tmp (mktemp -d), so every run of the
+# suite tests that case, wherever the checkout lives.
 #
 # Settings (environment):
 #   SLURM_TEST_DIR   state, logs and the runs' outputs (default /var/tmp/nemo-mmpo-slurm; removed
@@ -104,6 +108,8 @@ teardown() {
         scancel --quiet --user=root 2>/dev/null  # every job of this private cluster
     fi
     stop_recorded  # the namespace first: its init's death kills every process in it
+    [[ -n "${host_tmp:-}" ]] && rmdir "$host_tmp" 2>/dev/null  # mounted inside the namespace only
+    [[ -n "${checkout_copy:-}" ]] && rm -rf "$(dirname "$checkout_copy")"
     if [[ $failures -eq 0 ]]; then
         rm -rf "$WORK"
     else
@@ -116,6 +122,18 @@ stop_recorded 2>/dev/null  # a run killed before its teardown
 rm -rf "$WORK"
 mkdir -p "$WORK"/{etc,run,log,spool/ctld,spool/d,dev,munge,jobs,runs}
 trap teardown EXIT
+
+# The jobs run from a copy of the working tree (tracked and untracked, not ignored, files) under
+# /tmp, as a checkout made by `mktemp -d` would be; it imports its own nemo_mmpo
+# (examples/run_mmpo_math.py puts its repository first on the path).
+checkout_copy="$(mktemp -d /tmp/nemo-mmpo-slurm-checkout.XXXXXX)/nemo-mmpo"
+mkdir -p "$checkout_copy"
+git ls-files -z --cached --others --exclude-standard \
+    | tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$checkout_copy"
+if [[ ! -f "$checkout_copy/slurm/submit_mmpo.sh" ]]; then
+    report "checkout copy under /tmp" 1 "git ls-files | tar into $checkout_copy copied no slurm/submit_mmpo.sh"
+    exit 1
+fi
 
 # The GPUs: gres/gpu needs device files (slurmd drops file-less GPUs and drains the node).
 for index in $(seq 0 $((GPUS - 1))); do ln -s /dev/null "$WORK/dev/nvidia$index"; done
@@ -191,10 +209,26 @@ echo $! > "$WORK/run/slurmctld.pid"
 disown
 # slurmd in its own PID and mount namespace (see the header); bash stays its first process,
 # reaping what jobs orphan; --kill-child kills the namespace when unshare is killed.
+# The paths under /tmp that jobs need are bound back into the private /tmp: the host's /tmp is
+# first bound to $host_tmp (outside /tmp), then each path from there, then $host_tmp let go.
+host_tmp="$(mktemp -d /var/tmp/nemo-mmpo-slurm-host-tmp.XXXXXX)"
+kept_under_tmp=()
+for path in "$ROOT" "$checkout_copy" "$nemo_rl" "$VENV" "$WORK"; do
+    path="$(realpath "$path")"
+    [[ $path == /tmp/* ]] && kept_under_tmp+=("$path")
+done
 unshare --pid --fork --kill-child --mount-proc --mount --propagation private bash -c '
+    node="$1" conf="$2" host_tmp="$3"
+    shift 3
+    mount --bind /tmp "$host_tmp" || exit 1
     mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 1
-    slurmd -D -N "$1" -f "$2" &
-    wait' slurmd-namespace "$NODE" "$SLURM_CONF" >>"$WORK/log/slurmd.out" 2>&1 &
+    for path in "$@"; do
+        mkdir -p "$path" && mount --bind "$host_tmp/${path#/tmp/}" "$path" || exit 1
+    done
+    umount -l "$host_tmp"
+    slurmd -D -N "$node" -f "$conf" &
+    wait' slurmd-namespace "$NODE" "$SLURM_CONF" "$host_tmp" "${kept_under_tmp[@]}" \
+    >>"$WORK/log/slurmd.out" 2>&1 &
 echo $! > "$WORK/run/slurmd-namespace.pid"
 disown
 
@@ -210,9 +244,18 @@ fi
 # ------------------------------------------------------------------ checks -----------------
 # srun with the options ray.sub passes (pyxis's, and --mpi=pmix) runs on the host.
 spank_out="$(timeout 60 srun -N1 -n1 --gres=gpu:$GPUS --mpi=pmix --no-container-mount-home \
-    --container-image=nvcr.io/nvidia/nemo-rl:v0.7.0 --container-mounts="$ROOT:$ROOT" \
-    --container-workdir="$ROOT" --container-name=ray-head bash -c 'echo "host=$(hostname) gpus=$CUDA_VISIBLE_DEVICES"' 2>&1)"
+    --container-image=nvcr.io/nvidia/nemo-rl:v0.7.0 --container-mounts="$checkout_copy:$checkout_copy" \
+    --container-workdir="$checkout_copy" --container-name=ray-head bash -c 'echo "host=$(hostname) gpus=$CUDA_VISIBLE_DEVICES"' 2>&1)"
 report "srun with pyxis options" $? "$spank_out" "$spank_out"
+
+# A job sees the checkout under /tmp (its working directory) and NeMo-RL's `ray`, yet not this
+# machine's /tmp: a marker file left there stays invisible inside the job.
+marker="$(mktemp /tmp/nemo-mmpo-slurm-marker.XXXXXX)"
+tmp_out="$(timeout 60 srun -N1 -n1 --chdir="$checkout_copy" bash -c \
+    "test -f slurm/submit_mmpo.sh && PATH=$VENV/bin:\$PATH command -v ray >/dev/null && echo checkout-and-ray-seen; if test -e $marker; then echo marker-seen; fi" 2>&1)"
+rm -f "$marker"
+[[ $tmp_out == checkout-and-ray-seen ]]
+report "checkout under /tmp seen by jobs" $? "job said: $tmp_out (wanted checkout-and-ray-seen, and no marker-seen)" "$checkout_copy; private /tmp"
 
 # What submit_mmpo.sh needs without a container: NeMo-RL's Python environment, ray on PATH.
 job_env="PATH=$VENV/bin:$PATH PYTHONPATH=$nemo_rl NEMO_RL_PY_EXECUTABLES_SYSTEM=1 OMP_NUM_THREADS=1"
@@ -227,7 +270,7 @@ submit() {  # submit RUN_NAME OVERRIDES...: slurm/submit_mmpo.sh's output in $WO
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
     PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" JOB_NAME="mmpo-test-$run" \
     CONFIG=examples/configs/mmpo_tiny_cpu.yaml \
-        timeout 120 bash slurm/submit_mmpo.sh \
+        timeout 120 bash "$checkout_copy/slurm/submit_mmpo.sh" \
         grpo.val_period=0 grpo.val_at_start=false evaluation.enabled=false \
         checkpointing.save_period=3 \
         "checkpointing.checkpoint_dir=$WORK/runs/$run/checkpoints" \
