@@ -10,7 +10,7 @@ import torch
 
 from nemo_mmpo.combinatorics import failure_subset_probabilities
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.estimators import check_group_sizes, register_estimator
+from nemo_mmpo.estimators import GroupSizeNeed, register_estimator
 from nemo_mmpo.grouping import RewardGroups
 from nemo_mmpo.objectives import MomentObjective
 
@@ -24,6 +24,20 @@ def _check_k(k: object, estimator: str) -> int:
     if k is None or isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise MMPOInputError(f"estimator {estimator!r} needs an integer k >= 1; got k={k!r}")
     return k
+
+
+def _k_group_size(estimator: str):
+    """Pass@k estimators need ``k <= G`` in every group (``k`` checked first)."""
+
+    def need(objective: MomentObjective, options: dict) -> GroupSizeNeed:
+        k = _check_k(options["k"], estimator)
+        return GroupSizeNeed(
+            minimum=k,
+            requirement=f"k={k} <= group size G in every group",
+            remedy="raise the group size (num_generations_per_prompt) or lower k",
+        )
+
+    return need
 
 
 @register_estimator("grpo", objective="reinforce")
@@ -63,7 +77,7 @@ def grpo(
     return advantages
 
 
-@register_estimator("passk_chen", objective="pass_at_k")
+@register_estimator("passk_chen", objective="pass_at_k", group_size=_k_group_size("passk_chen"))
 def passk_chen(
     groups: RewardGroups, objective: MomentObjective, k: int = 3, epsilon: float = 1e-6
 ) -> torch.Tensor:
@@ -73,8 +87,6 @@ def passk_chen(
     positives ``(1 - R)/sigma``, negatives ``(1 - R - C(n-c-1, k-1)/C(n-1, k-1))/sigma``
     (``sigma + epsilon`` as in the authors' code; ``sigma = 0`` gives 0). Needs ``k <= n``.
     """
-    k = _check_k(k, "passk_chen")
-    check_group_sizes(groups, k, "passk_chen", f"k={k} <= group size in every group")
     size = groups.gather(groups.group_size)
     failures = groups.gather(groups.failure_count)
     group_pass = 1.0 - _subset_probability(failures, size, k)
@@ -85,15 +97,13 @@ def passk_chen(
     return torch.where(sigma > 0, numerator / (sigma + epsilon), torch.zeros_like(sigma))
 
 
-@register_estimator("pkpo", objective="pass_at_k")
+@register_estimator("pkpo", objective="pass_at_k", group_size=_k_group_size("pkpo"))
 def pkpo(groups: RewardGroups, objective: MomentObjective, k: int = 3) -> torch.Tensor:
     """PKPO's unbiased pass@k transform, "loo-minus-one" (Walder & Karkhanis, arXiv 2505.15201).
 
     Binary case: a correct rollout gets ``(k/n) C(n-c, k-1)/C(n-1, k-1)``, an incorrect one 0
     (the transformed reward minus its leave-one-out pass@(k-1) baseline). Needs ``k <= n``.
     """
-    k = _check_k(k, "pkpo")
-    check_group_sizes(groups, k, "pkpo", f"k={k} <= group size in every group")
     size = groups.gather(groups.group_size)
     failures = groups.gather(groups.failure_count)
     positive = (k / size.clamp(min=1.0)) * _subset_probability(failures, size - 1.0, k - 1)

@@ -7,6 +7,7 @@ with :func:`register_estimator`; the baselines of the paper live in
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable
@@ -27,33 +28,68 @@ class Estimator(Protocol):
     ) -> torch.Tensor: ...
 
 
-_REGISTRY: dict[str, Estimator] = {}
-_OBJECTIVE_KINDS: dict[str, str] = {}
+@dataclass(frozen=True)
+class GroupSizeNeed:
+    """The smallest group size an estimator needs for one objective and set of options.
+
+    ``requirement`` says it in words (``"k=5 <= group size G"``) and ``remedy`` how to meet it;
+    the runtime check (:func:`check_group_sizes`) and ``--dry-run`` both print them.
+    """
+
+    minimum: int
+    requirement: str
+    remedy: str
 
 
-def register_estimator(name: str, objective: str = "mmpo") -> Callable[[Estimator], Estimator]:
+#: ``(objective, options with defaults filled in) -> GroupSizeNeed``, declared at registration.
+GroupSizeRule = Callable[[MomentObjective, dict[str, Any]], GroupSizeNeed]
+
+
+@dataclass(frozen=True)
+class RegisteredEstimator:
+    """One registry entry: the checked function, its objective kind and group-size rule."""
+
+    function: Estimator
+    objective: str
+    group_size: GroupSizeRule | None
+
+
+_REGISTRY: dict[str, RegisteredEstimator] = {}
+
+
+def register_estimator(
+    name: str, objective: str = "mmpo", *, group_size: GroupSizeRule | None = None
+) -> Callable[[Estimator], Estimator]:
     """Decorator: make ``fn(groups, objective, **options) -> [N]`` available as ``name``.
 
     ``objective`` is the kind of :func:`~nemo_mmpo.objectives.moment_objective` the estimator
     targets (``"mmpo"`` for the moment estimators, ``"pass_at_k"``, ``"maxrl"``,
     ``"reinforce"``); integrations such as the NeMo-RL adapter build it from their config.
-    The function's keyword parameters after ``objective`` are its options.
+    The function's keyword parameters after ``objective`` are its options. ``group_size``
+    declares the smallest group it needs (:class:`GroupSizeNeed`), once: the returned function
+    checks every call against it, and ``--dry-run`` checks the recipe's group size with it.
     """
 
     def decorate(function: Estimator) -> Estimator:
-        if name in _REGISTRY and _REGISTRY[name] is not function:
+        if name in _REGISTRY and _REGISTRY[name].function.__wrapped__ is not function:
             raise MMPOInputError(f"an estimator named {name!r} is already registered")
-        _REGISTRY[name] = function
-        _OBJECTIVE_KINDS[name] = objective
-        return function
+
+        @functools.wraps(function)
+        def checked(groups: RewardGroups, objective: MomentObjective, **options: Any):
+            need = group_size_need(name, objective, options)
+            if need is not None:
+                check_group_sizes(groups, need, name)
+            return function(groups, objective, **options)
+
+        _REGISTRY[name] = RegisteredEstimator(checked, objective, group_size)
+        return checked
 
     return decorate
 
 
 def estimator_objective_kind(name: str) -> str:
     """The objective kind ``name`` was registered with (see :func:`register_estimator`)."""
-    get_estimator(name)
-    return _OBJECTIVE_KINDS[name]
+    return _entry(name).objective
 
 
 @dataclass(frozen=True)
@@ -63,15 +99,10 @@ class EstimatorOption:
     default: Any
     annotation: Any  # e.g. ``int | None``
 
-    @property
-    def types(self) -> tuple[type, ...]:
-        """The annotation's types, e.g. ``(int, NoneType)`` for ``int | None``."""
-        return typing.get_args(self.annotation) or (self.annotation,)
-
 
 def estimator_options(name: str) -> dict[str, EstimatorOption]:
     """``{option: EstimatorOption}`` of the registered estimator ``name``, from its signature."""
-    function = get_estimator(name)
+    function = _entry(name).function
     hints = typing.get_type_hints(function)
     parameters = list(inspect.signature(function).parameters.values())[2:]
     return {
@@ -81,14 +112,30 @@ def estimator_options(name: str) -> dict[str, EstimatorOption]:
     }
 
 
-def get_estimator(name: str) -> Estimator:
-    """The registered estimator ``name``."""
+def group_size_need(
+    name: str, objective: MomentObjective, options: dict[str, Any]
+) -> GroupSizeNeed | None:
+    """What ``name`` declared it needs of the group size for ``objective`` and ``options``
+    (missing options take their defaults); None when it declared nothing."""
+    rule = _entry(name).group_size
+    if rule is None:
+        return None
+    defaults = {key: option.default for key, option in estimator_options(name).items()}
+    return rule(objective, {**defaults, **options})
+
+
+def _entry(name: str) -> RegisteredEstimator:
     try:
         return _REGISTRY[name]
     except KeyError:
         raise MMPOInputError(
             f"unknown estimator {name!r}; available: {', '.join(available_estimators())}"
         ) from None
+
+
+def get_estimator(name: str) -> Estimator:
+    """The registered estimator ``name`` (checking its declared group-size need on each call)."""
+    return _entry(name).function
 
 
 def available_estimators() -> list[str]:
@@ -169,18 +216,30 @@ def mmpo_advantages(
     return advantages.reshape(rewards.shape).to(_output_dtype(rewards))
 
 
-def check_group_sizes(groups: RewardGroups, minimum: int, estimator: str, requirement: str) -> None:
-    """Raise if any group with a valid rollout has fewer than ``minimum`` of them."""
+def check_group_sizes(groups: RewardGroups, need: GroupSizeNeed, estimator: str) -> None:
+    """Raise if any group with a valid rollout has fewer than ``need.minimum`` of them."""
     present = groups.group_size > 0
-    too_small = present & (groups.group_size < minimum)
+    too_small = present & (groups.group_size < need.minimum)
     if bool(too_small.any()):
         smallest = int(groups.group_size[too_small].min().item())
         count = int(too_small.sum().item())
         raise MMPOInputError(
-            f"estimator {estimator!r} needs {requirement}, but {count} group(s) have only "
-            f"{smallest} valid rollout(s). Lower the order, raise num_generations_per_prompt, "
-            "or use estimator='plugin'"
+            f"estimator {estimator!r} needs {need.requirement}, but {count} group(s) have only "
+            f"{smallest} valid rollout(s): {need.remedy}"
         )
+
+
+def _unbiased_group_size(objective: MomentObjective, options: dict[str, Any]) -> GroupSizeNeed:
+    order = objective.truncation_order
+    return GroupSizeNeed(
+        minimum=max(2, order),
+        requirement=(
+            f"at least 2 rollouts per group and truncation_order T={order} <= group size G "
+            "(2 <= G and T <= G)"
+        ),
+        remedy="raise the group size (num_generations_per_prompt), lower truncation_order, "
+        "or use estimator 'plugin'",
+    )
 
 
 @register_estimator("plugin")
@@ -196,7 +255,7 @@ def plugin(groups: RewardGroups, objective: MomentObjective) -> torch.Tensor:
     return groups.gather(weight) * (groups.rewards - groups.gather(success_rate))
 
 
-@register_estimator("unbiased")
+@register_estimator("unbiased", group_size=_unbiased_group_size)
 def unbiased(groups: RewardGroups, objective: MomentObjective) -> torch.Tensor:
     """The paper's unbiased leave-one-out advantage (Eq. unbiased_advantage, Appendix A).
 
@@ -206,10 +265,6 @@ def unbiased(groups: RewardGroups, objective: MomentObjective) -> torch.Tensor:
     score-weighted advantage is exactly ``w(f) ds/dtheta``. Needs ``2 <= T <= G`` in every group.
     """
     order = objective.truncation_order
-    check_group_sizes(groups, 2, "unbiased", "at least 2 rollouts per group")
-    check_group_sizes(
-        groups, order, "unbiased", f"truncation_order T={order} <= group size G in every group"
-    )
     others = (groups.gather(groups.group_size) - 1.0).clamp(min=1.0)
     failures_of_others = groups.gather(groups.failure_count) - (1.0 - groups.rewards)
     failures_of_others = failures_of_others.clamp(min=0.0)

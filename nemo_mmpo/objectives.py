@@ -23,6 +23,8 @@ from nemo_mmpo.errors import MMPOInputError
 
 OBJECTIVE_KINDS = ("mmpo", "maxrl", "pass_at_k", "reinforce", "explicit")
 TRANSFORMS = ("none", "constant", "beta")
+#: The parameters of :func:`moment_objective` each transform reads.
+TRANSFORM_PARAMETERS = {"none": (), "constant": ("constant",), "beta": ("alpha", "beta")}
 
 
 @dataclass(frozen=True)

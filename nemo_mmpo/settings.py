@@ -9,10 +9,16 @@ key, the value and what is accepted, e.g. ``grpo.adv_estimator.truncation_order=
 
 Needs pydantic (in NeMo-RL's environment, and in the ``test`` and ``launch`` extras); the core
 estimator library does not import this module.
+
+A setting that validates but that nothing reads in the chosen configuration (``k`` under
+``name: maxrl``, DMPO's keys under another loss, a disabled section's keys) is reported, not
+refused (:func:`changed_settings`, :func:`report_unread`): a sweep or a shared recipe that
+carries it stays runnable, and the dry run, the constructors and the run's log name it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -71,3 +77,55 @@ def parse(model: type[SettingsType], values: Any, where: str = "") -> SettingsTy
         return model.model_validate({} if values is None else values)
     except ValidationError as error:
         raise MMPOInputError(_describe(error.errors()[0], where, model)) from None
+
+
+def _comparable(item: Any) -> Any:
+    """``item`` with models dumped and tuples as lists, so a YAML value equals its default."""
+    if isinstance(item, BaseModel):
+        item = item.model_dump()
+    if isinstance(item, dict):
+        return {key: _comparable(inner) for key, inner in item.items()}
+    if isinstance(item, list | tuple):
+        return [_comparable(inner) for inner in item]
+    return item
+
+
+def changed_settings(model: type[Settings], values: Any, keys: Iterable[str]) -> dict[str, Any]:
+    """``{key: value}`` for each of ``keys`` that ``values`` (a mapping) holds with a value other
+    than ``model``'s default for it: what a user set and would expect to matter."""
+    values = values or {}
+    changed = {}
+    for key in keys:
+        if key not in values:
+            continue
+        field = model.model_fields.get(key)
+        default = None if field is None else field.get_default(call_default_factory=True)
+        if _comparable(values[key]) != _comparable(default):
+            changed[key] = values[key]
+    return changed
+
+
+def assignments(section: str, values: dict[str, Any]) -> str:
+    """``section.key=value, ...`` of ``values``, as a user writes them in an override."""
+    return ", ".join(f"{section}.{key}={value!r}" for key, value in values.items())
+
+
+_REPORTED: set[str] = set()
+
+
+def report_unread(messages: Iterable[str]) -> None:
+    """Print each message about a setting that nothing reads, once per process.
+
+    The estimator and the losses call it at construction; the entry point prints the same
+    messages in the run plan first and marks them (:func:`mark_reported`), so a run's log holds
+    each once.
+    """
+    for message in messages:
+        if message not in _REPORTED:
+            _REPORTED.add(message)
+            print(f"[nemo-mmpo] WARNING: {message}", flush=True)
+
+
+def mark_reported(messages: Iterable[str]) -> None:
+    """Record ``messages`` as printed already (see :func:`report_unread`)."""
+    _REPORTED.update(messages)

@@ -22,7 +22,7 @@ from pydantic import Field
 from nemo_mmpo.cpu.model import ModelShape
 from nemo_mmpo.cpu.task import AdditionTask
 from nemo_mmpo.cpu.warm_start import Sampler, WarmStartSettings, WarmStartSpec
-from nemo_mmpo.settings import Settings, parse
+from nemo_mmpo.settings import Settings, assignments, changed_settings, parse
 
 CPU_SECTION = "cpu_backend"
 
@@ -62,6 +62,44 @@ class TinySettings(Settings):
             sampler=sampler_from_generation(generation),
             seed=self.seed,
         )
+
+
+#: Top-level ``cpu_backend`` keys only an asynchronous run reads (the stall check around
+#: NeMo-RL's async loop); ``placement.generation`` (its separate engine) is the nested one.
+ASYNC_ONLY_KEYS = ("stall_timeout_s",)
+
+
+def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
+    """Keys of ``cpu_backend`` set to a non-default value that this run does not read: all of
+    them when ``enabled`` is false (the GPU path runs), the async-only ones
+    (``stall_timeout_s``, ``placement.generation``) in a synchronous run."""
+    if not section:
+        return []
+    settings = TinySettings.from_config(section)
+    if not settings.enabled:
+        keys = [key for key in TinySettings.model_fields if key != "enabled"]
+        changed = changed_settings(TinySettings, section, keys)
+        return (
+            [
+                f"cpu_backend.enabled=false, so {assignments(CPU_SECTION, changed)} "
+                f"{'is' if len(changed) == 1 else 'are'} not read (the run trains on GPUs "
+                "through NeMo-RL's workers)"
+            ]
+            if changed
+            else []
+        )
+    if asynchronous:
+        return []
+    changed = changed_settings(TinySettings, section, ASYNC_ONLY_KEYS)
+    generation = settings.placement.generation
+    if generation:
+        changed["placement.generation"] = generation
+    return [
+        f"{CPU_SECTION}.{key}={value!r} is not read with grpo.async_grpo.enabled=false: only "
+        "an asynchronous run has a separate generation engine and NeMo-RL's async wait; this "
+        "run ignores it"
+        for key, value in changed.items()
+    ]
 
 
 def sampler_from_generation(generation: dict[str, Any]) -> Sampler:

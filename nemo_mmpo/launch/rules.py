@@ -82,9 +82,10 @@ def batch_shape(config: dict[str, Any], findings: Findings) -> None:
 
 @rule
 def advantage_estimator(config: dict[str, Any], findings: Findings) -> None:
-    """Our estimators' settings (typed), the unbiased estimator's G/T bounds, pass@k's k <= G,
-    binary rewards, and advantage clipping that would cut MMPO's weights."""
-    from nemo_mmpo.nemo_rl.estimator_settings import read_estimator_settings
+    """Our estimators' settings (typed), the group size each estimator declared it needs
+    (the unbiased estimator's 2 <= G and T <= G, pass@k's k <= G), binary rewards, and
+    advantage clipping that would cut MMPO's weights."""
+    from nemo_mmpo.nemo_rl.estimator_settings import group_size_problem, read_estimator_settings
 
     estimator = value(config, "grpo.adv_estimator") or {}
     name = estimator.get("name")
@@ -94,21 +95,9 @@ def advantage_estimator(config: dict[str, Any], findings: Findings) -> None:
         return  # NeMo-RL's own estimator: NeMo-RL validates it
     settings = read_estimator_settings(estimator)  # unknown names: both lists named
     _, group_size = _group_sizes(config)
-    if settings.estimator == "unbiased":
-        order = settings.objective.truncation_order
-        if group_size < 2 or order > group_size:
-            findings.errors.append(
-                f"grpo.adv_estimator.estimator=unbiased with truncation_order={order} and "
-                f"grpo.num_generations_per_prompt={group_size}: the unbiased estimator needs "
-                "2 <= G and T <= G. Raise num_generations_per_prompt, lower truncation_order, "
-                "or use estimator=plugin"
-            )
-    k = settings.options.get("k")
-    if k is not None and k > group_size:
-        findings.errors.append(
-            f"grpo.adv_estimator.k={k} exceeds grpo.num_generations_per_prompt={group_size}; "
-            "pass@k needs k <= G"
-        )
+    problem = group_size_problem(settings, group_size)
+    if problem is not None:
+        findings.errors.append(problem)
     scaling = bool(value(config, "grpo.reward_scaling.enabled", False))
     shaping = bool(value(config, "grpo.reward_shaping.enabled", False))
     if (scaling or shaping) and settings.reward_threshold is None:
@@ -350,6 +339,28 @@ def fused_sequence_packing(config: dict[str, Any], findings: Findings) -> None:
         "than the rows. Set policy.sequence_packing.fuse_loss=false (the per-sequence loss "
         "wrapper: same loss and gradient), or use a NeMo-RL whose _pack_input_ids clamps the "
         "copy to the row (main does)"
+    )
+
+
+@rule
+def unread_settings(config: dict[str, Any], findings: Findings) -> None:
+    """Settings that validate but that nothing reads in this configuration (warned, naming who
+    reads them): estimator options of another estimator, DMPO's keys under another loss, the
+    keys of a disabled ``evaluation`` or ``cpu_backend`` section, async-only CPU settings."""
+    from nemo_mmpo.cpu.rig_settings import unread_cpu_settings
+    from nemo_mmpo.eval.protocol import unread_evaluation_settings
+    from nemo_mmpo.nemo_rl.dmpo_batch_terms import unread_dmpo_settings
+    from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, unread_estimator_settings
+
+    estimator = value(config, "grpo.adv_estimator") or {}
+    if is_our_estimator(estimator.get("name")):
+        findings.warnings.extend(unread_estimator_settings(estimator))
+    findings.warnings.extend(unread_dmpo_settings(value(config, "loss_fn")))
+    findings.warnings.extend(unread_evaluation_settings(value(config, "evaluation")))
+    findings.warnings.extend(
+        unread_cpu_settings(
+            value(config, "cpu_backend"), bool(value(config, "grpo.async_grpo.enabled", False))
+        )
     )
 
 

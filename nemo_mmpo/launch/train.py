@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.launch.checkout import CONFIGS_DIR, REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.settings import mark_reported
 
 DEFAULT_CONFIG = CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"
 
@@ -62,6 +63,8 @@ def check_and_plan(config_path: Path, overrides: list[str], print_config: bool) 
     print(plan.describe(loaded))
     for warning in findings.warnings:
         print(f"WARNING: {warning}")
+    # the estimator and losses report unread settings at construction: not again in this run
+    mark_reported(findings.warnings)
     if print_config:
         print("--- resolved config (what NeMo-RL trains with) ---")
         print(loaded.to_yaml(), end="")

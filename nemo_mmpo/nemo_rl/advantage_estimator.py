@@ -27,8 +27,12 @@ from nemo_mmpo.diagnostics import group_statistics
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import advantages_for_groups
 from nemo_mmpo.grouping import RewardGroups, group_ids_from_prompt_rows
-from nemo_mmpo.nemo_rl.estimator_settings import read_estimator_settings
+from nemo_mmpo.nemo_rl.estimator_settings import (
+    read_estimator_settings,
+    unread_estimator_settings,
+)
 from nemo_mmpo.nemo_rl.names import ESTIMATOR_METRICS
+from nemo_mmpo.settings import report_unread
 
 #: Attribute of the returned advantages that holds the step's metrics (today's trainers).
 STEP_METRICS_ATTRIBUTE = "nemo_mmpo_step_metrics"
@@ -63,6 +67,9 @@ class MMPOAdvantageEstimator:
 
     def __init__(self, estimator_config: Any, loss_config: Any = None) -> None:
         self.settings = read_estimator_settings(estimator_config)
+        #: keys of the section this estimator does not read (reported once per process)
+        self.unread_settings = unread_estimator_settings(estimator_config)
+        report_unread(self.unread_settings)
         self.objective = self.settings.objective
         self.last_metrics: dict[str, float] = {}
         self.result_type = advantage_result_type()

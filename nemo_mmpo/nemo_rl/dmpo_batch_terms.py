@@ -34,7 +34,7 @@ from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.grouping import group_ids_from_prompt_rows
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS
-from nemo_mmpo.settings import Settings, parse
+from nemo_mmpo.settings import Settings, changed_settings, parse
 
 SHARE_KEY = "dmpo_penalty_share"
 GRADIENT_KEY = "dmpo_penalty_gradient"
@@ -89,6 +89,20 @@ def read_dmpo_settings(loss_config: Any) -> DMPOSettings:
 def is_dmpo_loss(loss_config: Any) -> bool:
     """Whether ``loss_fn.name`` selects DMPO."""
     return sections.value(loss_config, "name") == DMPO_LOSS
+
+
+def unread_dmpo_settings(loss_config: Any) -> list[str]:
+    """One message for each of DMPO's ``loss_fn`` keys set to a value other than its default
+    while ``loss_fn.name`` is not ``dmpo`` (no other loss reads them)."""
+    if loss_config is None or is_dmpo_loss(loss_config):
+        return []
+    values = {key: sections.value(loss_config, key) for key in sections.present_keys(loss_config)}
+    name = sections.value(loss_config, "name")
+    return [
+        f"loss_fn.{key}={value!r} is not read with loss_fn.name={name!r}: DMPO's keys are read "
+        f"only with loss_fn.name={DMPO_LOSS}; this run ignores it"
+        for key, value in changed_settings(DMPOSettings, values, DMPOSettings.model_fields).items()
+    ]
 
 
 def prompt_groups(

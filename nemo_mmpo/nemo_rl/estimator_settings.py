@@ -15,6 +15,11 @@ estimator's options by their parameter names and annotated types (integers are o
 ``k``, ``maclaurin_order``); and NeMo-RL's own estimator keys, which a shared config may carry.
 Anything else is refused by name. The model is built from the registry's signatures when
 first used, so it does not depend on what the process imported before.
+
+A key that validates but that the chosen estimator does not read (``k`` with ``name: maxrl``,
+``transform_alpha`` with ``moment_transform: none``) is reported by
+:func:`unread_estimator_settings`, naming who reads it; an estimator's group-size need is the
+one it declared with its registration (:func:`group_size_problem`).
 """
 
 from __future__ import annotations
@@ -30,11 +35,17 @@ from nemo_mmpo.estimators import (
     available_estimators,
     estimator_objective_kind,
     estimator_options,
+    group_size_need,
 )
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.names import MMPO_ESTIMATOR, NEMO_RL_ESTIMATOR_KEYS, NEMO_RL_ESTIMATORS
-from nemo_mmpo.objectives import TRANSFORMS, MomentObjective, moment_objective
-from nemo_mmpo.settings import Settings, parse
+from nemo_mmpo.objectives import (
+    TRANSFORM_PARAMETERS,
+    TRANSFORMS,
+    MomentObjective,
+    moment_objective,
+)
+from nemo_mmpo.settings import Settings, changed_settings, parse
 
 ESTIMATOR_SECTION = "grpo.adv_estimator"
 
@@ -90,11 +101,6 @@ def _section_model(registered: tuple[str, ...]) -> type[Settings]:
 
 def section_model() -> type[Settings]:
     return _section_model(tuple(available_estimators()))
-
-
-def accepted_keys() -> tuple[str, ...]:
-    """Every key ``grpo.adv_estimator`` may hold when one of ours is selected."""
-    return tuple(sorted(section_model().model_fields))
 
 
 @dataclass(frozen=True)
@@ -182,4 +188,82 @@ def read_estimator_settings(config: Any) -> EstimatorSettings:
         options=options,
         truncation_order=section.truncation_order,
         reward_threshold=section.reward_threshold,
+    )
+
+
+def _chosen(settings: EstimatorSettings) -> str:
+    if settings.name == MMPO_ESTIMATOR:
+        return f"{ESTIMATOR_SECTION}.estimator={settings.estimator}"
+    return f"{ESTIMATOR_SECTION}.name={settings.name}"
+
+
+def _keys_read(settings: EstimatorSettings, transform: str) -> set[str]:
+    """The section's keys the chosen estimator and its objective read (``truncation_order``
+    always: the step metrics report that many failure moments)."""
+    keys = {"name", "truncation_order", "reward_threshold", *estimator_options(settings.estimator)}
+    if settings.name == MMPO_ESTIMATOR:
+        keys.add("estimator")
+    if estimator_objective_kind(settings.estimator) == "mmpo":
+        keys.add("moment_transform")
+        keys.update(f"transform_{parameter}" for parameter in TRANSFORM_PARAMETERS[transform])
+    return keys
+
+
+def _readers(key: str) -> str:
+    """Who reads ``key``, as the user selects them."""
+    if key == "estimator":
+        return f"read only with name={MMPO_ESTIMATOR}"
+    moment_formulas = [
+        name for name in available_estimators() if estimator_objective_kind(name) == "mmpo"
+    ]
+    if key == "moment_transform":
+        return f"read by name={MMPO_ESTIMATOR} with estimator {', '.join(moment_formulas)}"
+    if key.startswith("transform_"):
+        transforms = [
+            transform
+            for transform, parameters in TRANSFORM_PARAMETERS.items()
+            if key.removeprefix("transform_") in parameters
+        ]
+        return (
+            f"read with moment_transform={' or '.join(transforms)}, by name={MMPO_ESTIMATOR} "
+            f"with estimator {', '.join(moment_formulas)}"
+        )
+    formulas = set(mmpo_formulas())
+    readers = [
+        f"{MMPO_ESTIMATOR}/{name}" if name in formulas else name
+        for name in available_estimators()
+        if key in estimator_options(name)
+    ]
+    return f"read by {', '.join(readers)}"
+
+
+def unread_estimator_settings(config: Any) -> list[str]:
+    """One message for each key of ``grpo.adv_estimator`` set to a value other than its default
+    that the chosen estimator does not read, naming the key, the value and who reads it.
+
+    NeMo-RL's own keys (:data:`NEMO_RL_ESTIMATOR_KEYS`) are left out: NeMo-RL's base recipes
+    carry them for its estimators. Raises like :func:`read_estimator_settings` on a bad section.
+    """
+    settings = read_estimator_settings(config)
+    values = {key: sections.value(config, key) for key in sections.present_keys(config)}
+    transform = values.get("moment_transform", "none")
+    read = _keys_read(settings, transform) | set(NEMO_RL_ESTIMATOR_KEYS)
+    unread = changed_settings(section_model(), values, [key for key in values if key not in read])
+    return [
+        f"{ESTIMATOR_SECTION}.{key}={value!r} is not read with {_chosen(settings)}"
+        f"{f' and moment_transform={transform}' if key.startswith('transform_') else ''}: "
+        f"it is {_readers(key)}; this run ignores it"
+        for key, value in unread.items()
+    ]
+
+
+def group_size_problem(settings: EstimatorSettings, group_size: int) -> str | None:
+    """Why ``grpo.num_generations_per_prompt=group_size`` is too small for the chosen estimator
+    (the need it declared with its registration), or None."""
+    need = group_size_need(settings.estimator, settings.objective, settings.options)
+    if need is None or group_size >= need.minimum:
+        return None
+    return (
+        f"{_chosen(settings)} with grpo.num_generations_per_prompt={group_size}: it needs "
+        f"{need.requirement}; {need.remedy}"
     )

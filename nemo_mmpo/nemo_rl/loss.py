@@ -29,13 +29,16 @@ from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS, MMPO_LOSS
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
+from nemo_mmpo.settings import report_unread
 
 
 class MMPOClippedPGLossFn(ClippedPGLossFn):
-    """NeMo-RL's clipped policy-gradient loss, unchanged; reports non-paper settings once."""
+    """NeMo-RL's clipped policy-gradient loss, unchanged; reports non-paper settings once, and
+    DMPO keys it does not read."""
 
     def __init__(self, cfg: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(cfg, *args, **kwargs)
+        report_unread(dmpo.unread_dmpo_settings(cfg))
         deviations = paper_setting_deviations(cfg)
         if deviations:
             print(f"[nemo-mmpo] loss_fn.name=mmpo with non-paper settings: {', '.join(deviations)}")
@@ -84,4 +87,5 @@ def build_loss(original_class: type, cfg: Any, *args: Any, **kwargs: Any) -> Any
         return MMPOClippedPGLossFn(cfg, *args, **kwargs)
     if name == DMPO_LOSS:
         return DMPOLossFn(cfg, *args, **kwargs)
+    report_unread(dmpo.unread_dmpo_settings(cfg))  # e.g. loss_fn.dmpo_weight under clipped_pg
     return original_class(cfg, *args, **kwargs)
