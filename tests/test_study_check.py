@@ -36,6 +36,7 @@ def test_a_study_checked_against_itself_reproduces_every_number():
     assert result["compared"] > 0 and result["inside"] == result["compared"]
     assert result["verdicts_agree"] == result["verdicts_compared"] > 0
     assert result["verdicts_flipped"] == 0
+    assert result["claims_agree"] == result["claims_compared"] > 0
 
 
 def test_a_shifted_method_and_a_flipped_difference_are_found():
@@ -59,6 +60,16 @@ def test_a_shifted_method_and_a_flipped_difference_are_found():
         (row["table"], row["method"], row["metric"]) for row in flipped
     }
     assert result["verdicts_flipped"] == len(flipped) > 0
+    claims = {
+        (row["checkpoint"], row["comparison"], row["metric"]): row for row in result["claims"]
+    }
+    lead = claims["selected", "MMPO (T=4) minus GRPO", "average"]
+    assert (lead["reference_verdict"], lead["check_verdict"]) == ("above zero", "below zero")
+    assert result["claims_flipped"] > 0
+    for row in result["claims"]:  # after Holm, never a verdict the raw interval does not give
+        for study in ("reference", "check"):
+            if row[f"{study}_verdict"] != "includes zero":
+                assert row[f"{study}_verdict"] == row[f"{study}_raw_verdict"]
     assert ("per method", "grpo", "average") not in outside  # GRPO did not move
 
 
@@ -68,12 +79,21 @@ def test_the_command_writes_check_files_and_refuses_a_folder_without_a_report(tm
         (tmp_path / name / "study.json").write_text(json.dumps(_study(seeds)))
     args = ["check", "--out", str(tmp_path / "check"), "--against", str(tmp_path / "reference")]
     assert main(args) == 0
-    assert "lie inside the reference's 95% interval" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "lie inside the reference's 95% interval" in printed
+    assert "after Holm's correction" in printed
     saved = json.loads((tmp_path / "check" / "check.json").read_text())
     assert saved["compared"] == len(saved["rows"]) > 0
     assert (
         "## Means outside the reference's interval" in (tmp_path / "check" / "check.md").read_text()
     )
+    older = _study(range(5))  # a study.json from before the p-values: re-run the report
+    for entry in older["selected"]["paired_difference_from_grpo"]["mmpo"].values():
+        del entry["p"]
+    (tmp_path / "older").mkdir()
+    (tmp_path / "older" / "study.json").write_text(json.dumps(older))
+    with pytest.raises(MMPOInputError, match="study report --out"):
+        write_check(tmp_path / "reference", tmp_path / "older")
     (tmp_path / "empty").mkdir()
     with pytest.raises(MMPOInputError, match="study report --out"):
         write_check(tmp_path / "reference", tmp_path / "empty")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 from study_records import run_record
 
 from nemo_mmpo.eval.metrics import gini_by_method
@@ -31,8 +32,11 @@ def test_a_paired_difference_is_the_mean_over_shared_seeds(runs):
     expected = [of["mmpo", seed]["average"] - of["grpo", seed]["average"] for seed in range(3)]
     assert difference["average"]["n"] == 3
     assert difference["average"]["mean"] == pytest.approx(np.mean(expected))
-    assert min(expected) <= difference["average"]["low"] <= difference["average"]["mean"]
-    assert difference["average"]["mean"] <= difference["average"]["high"] <= max(expected)
+    assert difference["average"]["differences"] == pytest.approx(expected)
+    half_width = stats.t.ppf(0.975, 2) * np.std(expected, ddof=1) / np.sqrt(3)
+    assert difference["average"]["low"] <= np.mean(expected) - half_width + 1e-3  # 3 decimals
+    assert difference["average"]["high"] >= np.mean(expected) + half_width - 1e-3  # of t
+    assert difference["average"]["p"] == pytest.approx(stats.ttest_1samp(expected, 0).pvalue)
     solved = [
         of["mmpo", seed]["never_solved"] - of["grpo", seed]["never_solved"] for seed in (0, 1, 2)
     ]
@@ -76,24 +80,3 @@ def test_every_method_of_the_study_with_its_ablations_gets_its_own_colour():
 
     assert len(set(_colours(len(ALL_METHODS)))) >= len(ALL_METHODS) > 10
     assert len(set(_colours(len(METHODS)))) >= len(METHODS)
-
-
-@pytest.mark.parametrize(
-    "differences",
-    [[0.0, 1.0, 2.0, 3.0, 4.0], [0.3, -0.1, 0.5, 0.2, 0.0, 0.9, -0.4, 0.1, 0.2, 0.6]],
-)
-def test_the_paired_interval_is_about_as_wide_as_a_t_interval_and_wider_than_the_plain_bootstrap(
-    differences,
-):
-    from nemo_mmpo.study.comparison import bootstrap, expanded_tail, interval
-
-    assert expanded_tail(len(differences)) < 0.025  # the plain bootstrap's 2.5% tail
-    expanded, t = bootstrap(differences), interval(differences)
-    generator = np.random.default_rng(0)
-    plain = np.percentile(
-        [generator.choice(differences, len(differences)).mean() for _ in range(10_000)],
-        [2.5, 97.5],
-    )
-    assert expanded["low"] < plain[0] and plain[1] < expanded["high"]
-    width = (expanded["high"] - expanded["low"]) / (2 * t["half_width"])
-    assert 0.8 < width < 1.2  # 0.92 and 0.98 here; a plain bootstrap of five gives about 0.63

@@ -11,9 +11,14 @@ What to expect if nothing differs but the seeds: were both intervals exact norma
 intervals with the same spread, a second sample's mean would fall inside the first's interval
 about 83% of the time (the two means differ by a normal with sqrt(2) times the standard
 error). The per-method intervals here are Student-t intervals over the seeds, the paired ones
-expanded percentile bootstraps of about the same width, so the share inside is a rough guide,
-not a test; a verdict that flips from resolved to the opposite sign is the finding to look at.
-MMPO minus GRPO is in both paired tables; it is compared once.
+the wider of the paired t interval and the expanded percentile bootstrap, so the share inside
+is a rough guide, not a test; a verdict that flips from resolved to the opposite sign is the
+finding to look at. MMPO minus GRPO is in both paired tables; it is compared once.
+
+Verdicts are counted twice. Over every paired number, raw: each interval alone, as a reader of
+one cell of the tables would. Over the claims' family (:mod:`nemo_mmpo.study.claims`), after
+Holm's correction: the rule ``study report`` gives the claims' verdicts by, applied to each
+study, so a claim's verdict is compared the way the report states it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.study.claims import family_verdicts, raw_verdict
 from nemo_mmpo.study.comparison import display_scale, format_difference
 from nemo_mmpo.study.methods import ALL_METHODS, PROPOSED
 
@@ -58,22 +64,49 @@ def _method_entry(numbers: dict[str, Any], metric: str) -> dict[str, float] | No
     return numbers.get(metric)
 
 
-def verdict(entry: dict[str, float]) -> str:
-    """``above zero``, ``below zero`` or ``includes zero`` for a paired ``[low, high]``."""
-    if entry["low"] > 0:
-        return "above zero"
-    if entry["high"] < 0:
-        return "below zero"
-    return "includes zero"
+#: A paired interval's raw verdict (each interval alone): the report's rule.
+verdict = raw_verdict
+RESOLVED = {"above zero", "below zero"}
+
+
+def compare_claims(reference: dict[str, Any], check: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claims' comparisons both studies ran, with each study's raw verdict and verdict
+    after Holm over its own family (:func:`nemo_mmpo.study.claims.family_verdicts`)."""
+    rows = []
+    for which in CHECKPOINTS:
+        theirs = {
+            (row["claim"], row["comparison"], row["metric"]): row
+            for row in family_verdicts(check[which])
+        }
+        for mine in family_verdicts(reference[which]):
+            other = theirs.get((mine["claim"], mine["comparison"], mine["metric"]))
+            if other is None:
+                continue
+            rows.append(
+                {
+                    "checkpoint": which,
+                    **{key: mine[key] for key in ("claim", "comparison", "metric")},
+                    **{key: mine[key] for key in ("mean", "low", "high")},
+                    "reference_raw_verdict": mine["raw_verdict"],
+                    "reference_verdict": mine["verdict"],
+                    "check": other["mean"],
+                    "check_raw_verdict": other["raw_verdict"],
+                    "check_verdict": other["verdict"],
+                }
+            )
+    return rows
 
 
 def compare_studies(reference: dict[str, Any], check: dict[str, Any]) -> dict[str, Any]:
     """Every number both studies have: the check's mean against the reference's interval.
 
     Returns ``{"rows": [...], "inside": int, "compared": int, "verdicts_agree": int,
-    "verdicts_compared": int, "verdicts_flipped": int}``; a row holds the checkpoint, the
-    table, the method, the metric, the reference's mean, low and high, the check's mean and
-    whether it lies inside, and for paired rows both verdicts.
+    "verdicts_compared": int, "verdicts_flipped": int, "claims": [...], "claims_agree": int,
+    "claims_compared": int, "claims_flipped": int}``; a row holds the checkpoint, the table,
+    the method, the metric, the reference's mean, low and high, the check's mean and whether
+    it lies inside, and for paired rows both raw verdicts; ``claims`` are
+    :func:`compare_claims`'s rows, counted by their verdicts after Holm. A paired difference
+    the reference read on one seed (no interval) is not compared.
     """
     rows: list[dict[str, Any]] = []
     for which in CHECKPOINTS:
@@ -105,7 +138,7 @@ def compare_studies(reference: dict[str, Any], check: dict[str, Any]) -> dict[st
                     continue  # the same numbers as MMPO's row of the table from GRPO
                 for metric, old in old_table[method].items():
                     new = new_table[method].get(metric)
-                    if new is None:
+                    if new is None or old["low"] is None:
                         continue
                     rows.append(
                         {
@@ -123,6 +156,7 @@ def compare_studies(reference: dict[str, Any], check: dict[str, Any]) -> dict[st
                         }
                     )
     paired = [row for row in rows if "reference_verdict" in row]
+    claims = compare_claims(reference, check)
     return {
         "rows": rows,
         "inside": sum(row["inside"] for row in rows),
@@ -130,8 +164,13 @@ def compare_studies(reference: dict[str, Any], check: dict[str, Any]) -> dict[st
         "verdicts_agree": sum(row["reference_verdict"] == row["check_verdict"] for row in paired),
         "verdicts_compared": len(paired),
         "verdicts_flipped": sum(
-            {row["reference_verdict"], row["check_verdict"]} == {"above zero", "below zero"}
-            for row in paired
+            {row["reference_verdict"], row["check_verdict"]} == RESOLVED for row in paired
+        ),
+        "claims": claims,
+        "claims_agree": sum(row["reference_verdict"] == row["check_verdict"] for row in claims),
+        "claims_compared": len(claims),
+        "claims_flipped": sum(
+            {row["reference_verdict"], row["check_verdict"]} == RESOLVED for row in claims
         ),
     }
 
@@ -158,10 +197,31 @@ def check_markdown(result: dict[str, Any], reference: str, check: str) -> str:
         "reference's 95% interval (about 83% if nothing but the seeds differs and the intervals "
         "were exact; see `nemo_mmpo/study/check.py`).",
         f"{result['verdicts_agree']} of {result['verdicts_compared']} paired differences get "
-        "the same verdict (above zero, below zero, includes zero); "
+        "the same raw verdict (each interval alone: above zero, below zero, includes zero); "
         f"{result['verdicts_flipped']} flip from one resolved sign to the other.",
+        f"{result['claims_agree']} of {result['claims_compared']} of the claims' comparisons "
+        "get the same verdict after Holm's correction over each study's family (the report's "
+        f"rule for the claims); {result['claims_flipped']} flip from one resolved sign to the "
+        "other.",
         "",
-        "## Paired differences whose verdict changed",
+        "## The claims' comparisons, after Holm",
+        "",
+        "| checkpoint | claim | comparison | metric | reference [raw interval] "
+        "| reference: raw, after Holm | check | check: raw, after Holm |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["claims"]:
+        scale, digits = display_scale(row["metric"])
+        lines.append(
+            f"| {row['checkpoint']} | {row['claim']} | {row['comparison']} | {row['metric']} "
+            f"| {format_difference(row, scale, digits)} "
+            f"| {row['reference_raw_verdict']}, {row['reference_verdict']} "
+            f"| {scale * row['check']:+.{digits}f} "
+            f"| {row['check_raw_verdict']}, {row['check_verdict']} |"
+        )
+    lines += [
+        "",
+        "## Paired differences whose raw verdict changed",
         "",
         "| checkpoint | difference | metric | reference [interval] | reference verdict "
         "| check | check verdict |",

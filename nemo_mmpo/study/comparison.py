@@ -11,8 +11,13 @@ evaluated) and the final one. From their rollouts, with the project's metric cod
   methods of a seed, as in ``nemo-mmpo eval report``), never-solved counts, the first-success
   distribution;
 - each method's paired difference from GRPO, and MMPO's from each other method (same seed,
-  same warm start): accuracy, pass@k, never solved and Gini, with an expanded percentile
-  bootstrap interval over seeds (:func:`bootstrap`);
+  same warm start): accuracy, pass@k, never solved and Gini, with a 95% interval over seeds
+  calibrated from two seeds on (:func:`nemo_mmpo.study.intervals.paired_bounds`: the wider
+  of the paired t interval and the expanded percentile bootstrap) and the paired t-test's
+  p-value;
+- the claims the study reads (:data:`nemo_mmpo.study.claims.CLAIMS`), each comparison with
+  its raw interval and its verdict after Holm's correction over the family;
+- with fewer than five seeds, what so few seeds can and cannot tell (:func:`seeds_note`);
 - figures: training reward (mean and band over seeds), pass@k, Lorenz curves, first success.
 
 ``study.md`` and ``study.json`` (every number) go to the study folder.
@@ -21,8 +26,6 @@ evaluated) and the final one. From their rollouts, with the project's metric cod
 from __future__ import annotations
 
 import json
-import math
-import random
 from pathlib import Path
 from typing import Any
 
@@ -40,64 +43,10 @@ from nemo_mmpo.eval.protocol import read_steps
 from nemo_mmpo.eval.report import ALPHAS
 from nemo_mmpo.eval.rollouts import load_run
 from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.study.claims import claim_summary, family_verdicts
 from nemo_mmpo.study.figures import figures
+from nemo_mmpo.study.intervals import interval, paired_interval, t_975
 from nemo_mmpo.study.methods import ALL_METHODS, PROPOSED, REFERENCE
-
-#: Student's t at 0.975 for 1..30 degrees of freedom (then the normal's 1.96).
-T_975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-
-
-def interval(values: list[float]) -> dict[str, float]:
-    """Mean and 95% half-width over seeds (Student's t; 0 half-width for one seed)."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.size < 2:
-        return {"mean": float(array.mean()), "half_width": 0.0, "n": int(array.size)}
-    t = t_975(array.size - 1)
-    return {
-        "mean": float(array.mean()),
-        "half_width": float(t * array.std(ddof=1) / np.sqrt(array.size)),
-        "n": int(array.size),
-    }
-
-
-def bootstrap(differences: list[float], draws: int = 10_000, seed: int = 0) -> dict[str, float]:
-    """Mean paired difference and its 95% expanded percentile interval, resampling seeds.
-
-    A plain percentile bootstrap of a few seeds is too narrow (for five it is about 0.63 of
-    the Student-t interval, and a second set of five seeds fell outside it often:
-    ``nemo-mmpo study check``). The expanded percentile interval (Hesterberg, "What teachers
-    should know about the bootstrap", The American Statistician 69(4), 2015) takes the
-    percentiles at the tail ``Phi(-sqrt(n / (n - 1)) * t_{0.975, n - 1})`` instead of 2.5%,
-    which matches the t interval's width for normal data and keeps the bootstrap's shape.
-    """
-    generator = random.Random(seed)
-    values = list(differences)
-    means = sorted(float(np.mean([generator.choice(values) for _ in values])) for _ in range(draws))
-    tail = expanded_tail(len(values))
-    return {
-        "mean": float(np.mean(values)),
-        "low": means[int(tail * draws)],
-        "high": means[int((1.0 - tail) * draws) - 1],
-        "n": len(values),
-    }
-
-
-def expanded_tail(count: int) -> float:
-    """The lower tail probability of the expanded 95% percentile interval for ``count`` seeds."""
-    if count < 2:
-        return 0.025
-    return 0.5 * math.erfc(math.sqrt(count / (count - 1)) * t_975(count - 1) / math.sqrt(2.0))
-
-
-def t_975(degrees_of_freedom: int) -> float:
-    """Student's t at 0.975 (the table's, then the normal's 1.96 past 30 degrees of freedom)."""
-    if degrees_of_freedom <= len(T_975):
-        return T_975[degrees_of_freedom - 1]
-    return 1.96
 
 
 def checkpoint_numbers(rollouts: Path) -> dict[str, Any]:
@@ -186,7 +135,8 @@ def paired_difference(
     runs: list[dict[str, Any]], which: str, method: str, other: str
 ) -> dict[str, dict[str, float]] | None:
     """``method`` minus ``other`` on the seeds both ran (same seed: same warm start and data
-    order), every metric with a bootstrap interval over those seeds; None if none is shared.
+    order), every metric with :func:`nemo_mmpo.study.intervals.paired_interval` over those
+    seeds; None if none is shared.
 
     Accuracy and pass@k are fractions, never solved a count, Gini a coefficient, computed on
     the alpha filter common to the two methods (so a pair's numbers do not depend on which
@@ -199,18 +149,20 @@ def paired_difference(
         return None
     pairs = [(of_method[seed], of_other[seed]) for seed in seeds]
     return {
-        "average": bootstrap([mine["average"] - theirs["average"] for mine, theirs in pairs]),
+        "average": paired_interval([mine["average"] - theirs["average"] for mine, theirs in pairs]),
         **{
-            key: bootstrap(
+            key: paired_interval(
                 [mine["pass_at_k"][key] - theirs["pass_at_k"][key] for mine, theirs in pairs]
             )
             for key in pairs[0][0]["pass_at_k"]
         },
-        "never_solved": bootstrap(
+        "never_solved": paired_interval(
             [float(mine["never_solved"] - theirs["never_solved"]) for mine, theirs in pairs]
         ),
         **{
-            f"gini@{alpha}": bootstrap([_pair_gini(mine, theirs, alpha) for mine, theirs in pairs])
+            f"gini@{alpha}": paired_interval(
+                [_pair_gini(mine, theirs, alpha) for mine, theirs in pairs]
+            )
             for alpha in PAIRED_GINI_ALPHAS
         },
     }
@@ -259,6 +211,7 @@ def aggregate(runs: list[dict[str, Any]], which: str) -> dict[str, Any]:
             difference = paired_difference(runs, which, method, other)
             if difference is not None:
                 numbers[key][name] = difference
+    numbers["claims"] = family_verdicts(numbers)
     return numbers
 
 
@@ -316,7 +269,8 @@ def _tables(numbers: dict[str, Any], title: str) -> list[str]:
             "paired_difference_from_grpo",
             "Paired difference from GRPO (method minus GRPO, same seed and warm start; "
             "percentage points, never solved in problems, Gini in coefficient units; 95% "
-            "expanded percentile bootstrap interval over seeds):",
+            "interval over seeds, the wider of the paired t interval and the expanded "
+            "percentile bootstrap; each interval alone, no correction for how many are read):",
         ),
         (
             "paired_difference_of_mmpo",
@@ -329,7 +283,74 @@ def _tables(numbers: dict[str, Any], title: str) -> list[str]:
         if paired:
             lines += ["", heading, ""]
             lines += _paired_table(paired)
+    if numbers.get("claims"):
+        lines += ["", *_claims_table(numbers["claims"])]
     return [*lines, ""]
+
+
+def _claims_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The claims' family: each comparison's raw interval and verdict beside its verdict
+    after Holm's correction over the family (:mod:`nemo_mmpo.study.claims`)."""
+    size = rows[0]["family_size"]
+    lines = [
+        f"The claims, read as one family of {size} paired comparisons (the paper's claims and "
+        "the README's observations, `nemo_mmpo/study/claims.py`): each comparison's raw 95% "
+        "interval and verdict, and its verdict after Holm's correction over the family "
+        "(family-wise error 5%; resolved when the Holm-adjusted paired t-test p-value is "
+        "below 0.05 and the raw interval excludes zero):",
+        "",
+        "| claim | the claim after Holm | comparison | metric "
+        "| difference [raw 95% interval] | raw verdict | p (Holm-adjusted) | after Holm |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for claim in dict.fromkeys(row["claim"] for row in rows):
+        of_claim = [row for row in rows if row["claim"] == claim]
+        summary = claim_summary(of_claim)
+        for index, row in enumerate(of_claim):
+            scale, digits = display_scale(row["metric"])
+            p_values = "-" if row["p"] is None else f"{row['p']:.3f} ({row['p_holm']:.3f})"
+            lines.append(
+                f"| {claim if index == 0 else ''} | {summary if index == 0 else ''} "
+                f"| {row['comparison']} (n = {row['n']}) | {row['metric']} "
+                f"| {format_difference(row, scale, digits)} | {row['raw_verdict']} "
+                f"| {p_values} | {row['verdict']} |"
+            )
+    return lines
+
+
+def seeds_note(count: int) -> list[str]:
+    """What ``count`` seeds (the fewest any paired difference rests on) can and cannot tell;
+    nothing from five seeds on. With n seeds the 95% interval is the mean plus or minus
+    ``t_{0.975, n - 1}`` standard errors: 12.7 at two seeds, 4.3 at three, 3.2 at four."""
+    if count >= 5:
+        return []
+    if count < 2:
+        return [
+            "**One seed: no interval and no verdict.** The tables give each seed's numbers; "
+            "whether two methods differ needs two seeds at the very least, five for a "
+            "verdict that can resolve a difference of about the seed-to-seed spread.",
+            "",
+        ]
+    t = t_975(count - 1)
+    if count == 2:
+        return [
+            f"**Two seeds: what they can and cannot tell.** They tell that every method "
+            "trains and is evaluated, each seed's numbers, and whether the two seeds' "
+            "paired differences point the same way (which they do half the time when the "
+            "methods do not differ at all). They cannot resolve a difference: a 95% "
+            f"interval over two seeds is the mean ± {t:.1f} standard errors, which excludes "
+            "zero only when the two seeds' differences agree to within about 15% of each "
+            "other. Every paired interval below is that t interval (not the range of the two "
+            "seeds); run five seeds or more (`--seeds 0 1 2 3 4`) for a verdict.",
+            "",
+        ]
+    return [
+        f"**{count} seeds: few.** A 95% interval over {count} seeds is the mean ± {t:.1f} "
+        f"standard errors ({t / 1.96:.1f} times a normal interval's): only differences large "
+        "against the seed-to-seed spread resolve; five seeds or more for a verdict on a "
+        "difference of about that spread.",
+        "",
+    ]
 
 
 def _paired_table(paired: dict[str, dict[str, dict[str, float]]]) -> list[str]:
@@ -353,9 +374,22 @@ def display_scale(metric: str) -> tuple[float, int]:
 
 
 def format_difference(entry: dict[str, float], scale: float, digits: int = 1) -> str:
-    """``+mean [+low, +high]`` of a paired difference, scaled."""
+    """``+mean [+low, +high]`` of a paired difference, scaled (one seed: no interval)."""
+    if entry.get("low") is None:
+        return f"{scale * entry['mean']:+.{digits}f} (one seed: no interval)"
     mean, low, high = (scale * entry[key] for key in ("mean", "low", "high"))
     return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+def _fewest_paired_seeds(numbers: dict[str, Any], default: int) -> int:
+    """The fewest seeds any paired difference rests on (``default`` if there is none)."""
+    counts = [
+        entry["n"]
+        for key in ("paired_difference_from_grpo", "paired_difference_of_mmpo")
+        for row in (numbers.get(key) or {}).values()
+        for entry in row.values()
+    ]
+    return min(counts, default=default)
 
 
 def write_study_report(out: str | Path) -> Path:
@@ -398,6 +432,7 @@ def write_study_report(out: str | Path) -> Path:
         "grpo_train with nemo-mmpo's CPU engines. Held-out: the task's problems in four "
         "difficulty strata, 16 samples (or as set) at temperature 0.6, top-p 0.95.",
         "",
+        *seeds_note(_fewest_paired_seeds(numbers["selected"], len(seeds))),
         *_tables(numbers["selected"], "At the checkpoint the paper's rule selects (best average)"),
         *_tables(numbers["final"], "At the final step"),
         *figures(runs, numbers["selected"], out),

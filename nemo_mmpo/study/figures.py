@@ -68,15 +68,15 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
         for name, row in paired.items():
             keys = [key for key in row if key.startswith("pass@")]
             means = np.array([100 * row[key]["mean"] for key in keys])
-            lows = means - np.array([100 * row[key]["low"] for key in keys])
-            highs = np.array([100 * row[key]["high"] for key in keys]) - means
+            lows = means - np.array([100 * _bound(row[key], "low") for key in keys])
+            highs = np.array([100 * _bound(row[key], "high") for key in keys]) - means
             series.append((name, keys, means, [lows, highs]))
         _pass_at_k_figure(
             out / "study_paired_pass_at_k.png",
             series,
             methods,
             ylabel="pass@k minus GRPO's (points)",
-            title="Paired difference from GRPO (95% expanded bootstrap over seeds)",
+            title="Paired difference from GRPO (95% interval over seeds)",
             differences=True,
         )
     figure, axis = pyplot().subplots(figsize=(4.6, 4.4))
@@ -119,6 +119,11 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
         "![first success](study_first_success.png)",
         "",
     ]
+
+
+def _bound(entry: dict, which: str) -> float:
+    """A paired interval's bound; the mean where one seed gives none (a point without a bar)."""
+    return entry["mean"] if entry[which] is None else entry[which]
 
 
 def _pass_at_k_figure(
