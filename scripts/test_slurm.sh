@@ -304,8 +304,10 @@ else
 fi
 
 # The recipe, shortened, through ray.sub: Ray started by ray.sub, our entry point's check, three
-# steps of NeMo-RL's grpo_train, a checkpoint; the job ends COMPLETED.
-submit train grpo.max_num_steps=3
+# steps of NeMo-RL's grpo_train, a checkpoint; the job ends COMPLETED. transform_alpha is a key
+# the plug-in estimator does not read: named once in the run's log (the plan, not again when
+# NeMo-RL builds the estimator).
+submit train grpo.max_num_steps=3 grpo.adv_estimator.transform_alpha=0.5
 job="$(submitted_id train)"
 if [[ -z "$job" ]]; then
     report "job submitted" 1 "$(tail -n 5 "$WORK/log/submit-train.log")"
@@ -325,6 +327,9 @@ else
     report "driver joined ray.sub's cluster" $? "see $WORK/runs/train/logs/nemo_rl.log"
     grep -q "^advantage: nemo-mmpo mmpo" "$driver_log" 2>/dev/null
     report "entry point's check ran in the job" $? "no plan in $driver_log"
+    unread="$(grep -c "transform_alpha=0.5 is not read" "$driver_log" 2>/dev/null)"
+    [[ "$unread" -eq 1 ]]
+    report "unread setting named once in the run's log" $? "named ${unread:-0} times in $driver_log"
     steps="$(grep -c '^step  *[0-9]*/3 ' "$driver_log" 2>/dev/null)"
     weights="$WORK/runs/train/checkpoints/step_3/policy/weights"
     [[ "$steps" -eq 3 && -d "$weights" ]]
