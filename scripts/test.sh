@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (if missing), run lint + the whole CPU test suite, then the
+# Set up a virtual environment (if missing), run lint, build the docs, run the whole CPU test
+# suite (with the README's and docs' runnable code blocks: tests/test_docs.py), then the
 # NeMo-RL suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main), then the
 # Slurm suite (scripts/test_slurm.sh: slurm/submit_mmpo.sh to a real one-machine Slurm; as root,
 # otherwise it says why and skips).
@@ -18,9 +19,11 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. an --index-url
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
-"$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf,launch]"
+"$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf,launch,docs]"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
+# The docs (docs/, MyST + autodoc): every warning is an error, a broken link or reference too.
+"$VENV/bin/python" -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 # The launcher reads NeMo-RL's base configs (and its config loader) from a checkout, as on a
 # login node where nemo_rl does not import: the v0.7.0 snapshot, unpacked, unless NEMO_RL_PATH
 # names one. Without either, the tests that need it skip and say why.

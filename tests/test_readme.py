@@ -11,7 +11,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    # the fence may carry a marker after the language (```python runnable: tests/test_docs.py)
+    return re.findall(r"^```python[^\n]*\n(.*?)^```", README.read_text(), flags=re.DOTALL | re.M)
 
 
 def test_estimator_usage_example_runs():
