@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from nemo_mmpo import __version__
 from nemo_mmpo.cpu.node_watch import NodeDiedError, TrainingStalledError
 from nemo_mmpo.errors import MMPOInputError
 
@@ -54,7 +55,7 @@ def handle(main: Callable[..., int | None], argv: list[str] | None, prog: str) -
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
-    lines = ["usage: nemo-mmpo <command> [arguments]", "", "commands:"]
+    lines = ["usage: nemo-mmpo <command> [arguments] | --version", "", "commands:"]
     lines += [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
     lines += ["", "nemo-mmpo <command> --help describes each one."]
     return "\n".join(lines)
@@ -62,6 +63,9 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        print(f"nemo-mmpo {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2

@@ -43,3 +43,17 @@ def test_bad_input_is_one_line_and_status_2():
         raise MMPOInputError("steps=0: give integers >= 1")
 
     assert handle(main, [], "study") == 2
+
+
+def test_version_is_the_released_one_in_the_changelog(capsys):
+    import re
+    from pathlib import Path
+
+    from nemo_mmpo import __version__
+    from nemo_mmpo.cli import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"nemo-mmpo {__version__}\n"
+    changelog = (Path(__file__).resolve().parent.parent / "CHANGELOG.md").read_text()
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", changelog, re.MULTILINE)
+    assert released and released[0] == __version__  # the newest release heading
