@@ -80,3 +80,33 @@ def test_every_method_of_the_study_with_its_ablations_gets_its_own_colour():
 
     assert len(set(_colours(len(ALL_METHODS)))) >= len(ALL_METHODS) > 10
     assert len(set(_colours(len(METHODS)))) >= len(METHODS)
+
+
+def test_the_report_pools_the_finished_runs_of_several_study_folders(tmp_path, monkeypatch):
+    """``study report --runs-from``: runs of other folders join the report, no symlinks; the
+    same method and seed in two folders is refused (it would count one seed twice)."""
+    from nemo_mmpo import MMPOInputError
+    from nemo_mmpo.study import comparison
+
+    def finish(study: str, seed: int) -> None:
+        folder = tmp_path / study / "runs" / f"mmpo-seed{seed}"
+        folder.mkdir(parents=True)
+        (folder / "finished.json").write_text("{}")
+
+    for study, seed in (("first", 0), ("first", 1), ("second", 2), ("second", 3)):
+        finish(study, seed)
+    monkeypatch.setattr(  # the run's numbers are read_run's business (tested with the CPU rig)
+        comparison,
+        "read_run",
+        lambda folder: {"method": "mmpo", "seed": int(folder.name[-1]), "folder": str(folder)},
+    )
+    pooled = comparison.finished_runs([tmp_path / "first", tmp_path / "second"])
+    assert sorted(run["seed"] for run in pooled) == [0, 1, 2, 3]
+    assert comparison.finished_runs([tmp_path / "first"])[-1]["seed"] == 1
+    finish("second", 1)
+    with pytest.raises(MMPOInputError, match="'mmpo' seed 1 finished in both"):
+        comparison.finished_runs([tmp_path / "first", tmp_path / "second"])
+    with pytest.raises(MMPOInputError, match="hold no finished run"):
+        comparison.finished_runs([tmp_path / "empty"])
+    with pytest.raises(MMPOInputError, match="hold no finished run of grpo"):
+        comparison.write_study_report(tmp_path / "first", methods=("grpo",))

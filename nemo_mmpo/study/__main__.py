@@ -4,6 +4,8 @@
     nemo-mmpo study run --out results/study --ablations  # and T, U and the unbiased estimator
     nemo-mmpo study run --out results/study_quick --quick   # the same pipeline, minutes
     nemo-mmpo study report --out results/study           # study.md, study.json, figures
+    nemo-mmpo study report --out results/ten --runs-from results/study results/check \
+        --methods grpo passk maxrl dmpo mmpo              # ten seeds pooled, no ablations
     nemo-mmpo study check --out results/check --against results/study  # reproduced?
 
 Runs need NeMo-RL (its environment, as the tiny run: ``bash scripts/tiny_run.sh`` builds it);
@@ -39,6 +41,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.study")
     run.add_argument("--no-report", action="store_true", help="do not write the report after")
     report = commands.add_parser("report", help="tables and figures from the finished runs")
     report.add_argument("--out", required=True, help="the study's folder")
+    report.add_argument(
+        "--runs-from",
+        nargs="+",
+        default=(),
+        metavar="STUDY",
+        help="also pool the finished runs of these study folders (e.g. other seeds)",
+    )
+    report.add_argument(
+        "--methods", nargs="+", choices=list(ALL_METHODS), default=None, help="only these"
+    )
     check = commands.add_parser(
         "check", help="does a study on other seeds reproduce a reference study's numbers?"
     )
@@ -59,7 +71,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.study")
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         from nemo_mmpo.study.comparison import write_study_report
 
-        print(f"wrote {write_study_report(args.out)}")
+        methods = tuple(args.methods) if args.methods else None
+        print(f"wrote {write_study_report(args.out, tuple(args.runs_from), methods)}")
         return 0
     plan = QUICK if args.quick else StudyPlan()
     changes = {

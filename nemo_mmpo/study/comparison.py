@@ -392,15 +392,46 @@ def _fewest_paired_seeds(numbers: dict[str, Any], default: int) -> int:
     return min(counts, default=default)
 
 
-def write_study_report(out: str | Path) -> Path:
-    """``study.md``, ``study.json`` and the figures for every finished run under ``out``."""
-    out = Path(out)
-    folders = sorted(path.parent for path in (out / "runs").glob("*/finished.json"))
-    if not folders:
+def finished_runs(
+    studies: list[Path], methods: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
+    """Every finished run under ``study/runs`` of each study folder (of ``methods`` only, when
+    given), pooled; a method and seed finished in two of them is refused (pooling it twice
+    would count one seed twice)."""
+    runs: list[dict[str, Any]] = []
+    where: dict[tuple[str, int], Path] = {}
+    for study in studies:
+        for folder in sorted(path.parent for path in (study / "runs").glob("*/finished.json")):
+            run = read_run(folder)
+            if methods is not None and run["method"] not in methods:
+                continue
+            key = (run["method"], run["seed"])
+            if key in where:
+                raise MMPOInputError(
+                    f"method {key[0]!r} seed {key[1]} finished in both {where[key]} and "
+                    f"{folder}: pool studies with different seeds (or drop one folder)"
+                )
+            where[key] = folder
+            runs.append(run)
+    if not runs:
+        searched = ", ".join(str(study / "runs") for study in studies)
+        which = f" of {', '.join(methods)}" if methods else ""
         raise MMPOInputError(
-            f"{out / 'runs'} holds no finished run: run `nemo-mmpo study run` first"
+            f"{searched} hold no finished run{which}: run `nemo-mmpo study run` first"
         )
-    runs = [read_run(folder) for folder in folders]
+    return runs
+
+
+def write_study_report(
+    out: str | Path,
+    runs_from: tuple[str | Path, ...] = (),
+    methods: tuple[str, ...] | None = None,
+) -> Path:
+    """``study.md``, ``study.json`` and the figures in ``out`` for every finished run (of
+    ``methods``, when given) under ``out`` and under each folder of ``runs_from`` (other
+    studies, pooled: other seeds of the same methods, or other methods)."""
+    out = Path(out)
+    runs = finished_runs([out, *(Path(folder) for folder in runs_from)], methods)
     numbers = {
         "selected": aggregate(runs, "selected"),
         "final": aggregate(runs, "final"),
