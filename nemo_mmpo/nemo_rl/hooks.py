@@ -35,10 +35,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nemo_mmpo.checkout import REPO_ROOT
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.advantage_estimator import STEP_METRICS_ATTRIBUTE, MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
+from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
 
 SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
 HOOKED_MODULES = (
@@ -47,7 +49,6 @@ HOOKED_MODULES = (
     "nemo_rl.algorithms.single_controller_utils.setup",
 )
 MARK = "_nemo_mmpo_original"
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _nemo_rl_version() -> str:
@@ -90,7 +91,7 @@ def _estimator_factory(original: Any) -> Any:
 
 
 def _loss_factory(original: type) -> Any:
-    from nemo_mmpo.nemo_rl.loss import build_loss
+    from nemo_mmpo.nemo_rl.loss import build_loss  # imports nemo_rl: only once NeMo-RL is hooked
 
     @functools.wraps(original, updated=())
     def clipped_pg_loss(cfg: Any, *args: Any, **kwargs: Any) -> Any:
@@ -138,8 +139,6 @@ def _batch_penalties(original: Any) -> Any:
 def _validation(original: Any) -> Any:
     @functools.wraps(original)
     def validate(*args: Any, **kwargs: Any) -> Any:
-        from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
-
         arguments = _arguments(original, args, kwargs)
         settings = in_loop_settings(arguments["master_config"])
         if settings is None:
@@ -183,13 +182,13 @@ def _import(name: str, required: bool) -> Any:
 
 def worker_pythonpath() -> str:
     """The directory that makes ``import nemo_mmpo`` work in NeMo-RL's Ray workers."""
-    if PACKAGE_ROOT.name not in ("site-packages", "dist-packages"):
-        return str(PACKAGE_ROOT)  # a source checkout: its root holds nemo_mmpo/ and nothing else
+    if REPO_ROOT.name not in ("site-packages", "dist-packages"):
+        return str(REPO_ROOT)  # a source checkout: its root holds nemo_mmpo/ and nothing else
     # Installed into an environment: expose only our package, not the driver's site-packages.
     link_dir = Path(os.environ.get("NEMO_MMPO_WORKER_PATH", Path.home() / ".cache/nemo-mmpo/path"))
     link_dir.mkdir(parents=True, exist_ok=True)
     link = link_dir / "nemo_mmpo"
-    target = PACKAGE_ROOT / "nemo_mmpo"
+    target = REPO_ROOT / "nemo_mmpo"
     if not (link.is_symlink() and link.resolve() == target):
         if link.is_symlink():
             link.unlink()
