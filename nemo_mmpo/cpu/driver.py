@@ -39,20 +39,12 @@ from nemo_mmpo.cpu.task import datum, write_benchmark_file
 from nemo_mmpo.cpu.warm_start import load_or_make
 from nemo_mmpo.errors import MMPOInputError, NodeDiedError, TrainingStalledError
 from nemo_mmpo.nemo_rl import install, versions
+from nemo_mmpo.nemo_rl.sections import plain
 
 #: NeMo-RL's full output, in the run's log directory.
 NEMO_RL_LOG = "nemo_rl.log"
 #: The held-out problems, in the run's checkpoint directory (for ``nemo_mmpo.eval``).
 HELD_OUT_FILE = "held_out.jsonl"
-
-
-def plain(value: Any) -> Any:
-    """A config section as plain dicts (NeMo-RL main's are pydantic models, v0.7.0's dicts)."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    return value
 
 
 def _save_state(grpo: Any, loaded: dict[str, Any] | None) -> Any:
