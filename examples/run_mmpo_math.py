@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return environment.CANNOT_CHECK
-    from nemo_mmpo.cli import handle
+    from nemo_mmpo.errors import handle
     from nemo_mmpo.launch.train import main as train
 
     return handle(train, argv, "run_mmpo_math.py")

@@ -7,21 +7,18 @@
     nemo-mmpo study run --quick
 
 Each subcommand is a module's ``main(argv, prog)`` (``python -m nemo_mmpo.eval`` and friends
-keep working through the same :func:`handle`): bad input is one ``error:`` line naming the
-value and the fix, exit status 2; an interrupt exits 130 without a traceback; a run that lost
-a Ray node or stalled prints its error and exits 1 at once.
+keep working through the same :func:`~nemo_mmpo.errors.handle`, which maps errors to exit
+statuses). Subcommands are named by module, imported only when chosen, so this module sits on
+top of every layer without importing them (``tests/test_architecture.py``).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-from collections.abc import Callable
 
 from nemo_mmpo import __version__
-from nemo_mmpo.cpu.node_watch import NodeDiedError, TrainingStalledError
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import handle
 
 #: subcommand -> (module with ``main(argv, prog)``, one-line description)
 COMMANDS = {
@@ -31,26 +28,6 @@ COMMANDS = {
     "cpu": ("nemo_mmpo.cpu.__main__", "the CPU rig: warm start, reward curves, seed spread"),
     "study": ("nemo_mmpo.study.__main__", "seeded comparisons of objectives through NeMo-RL"),
 }
-
-
-def handle(main: Callable[..., int | None], argv: list[str] | None, prog: str) -> int:
-    """Run ``main(argv, prog=prog)``; bad input becomes one line on stderr and status 2."""
-    try:
-        return int(main(argv, prog=prog) or 0)
-    except MMPOInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except (NodeDiedError, TrainingStalledError) as error:
-        # A run that lost a Ray node or stopped making progress exits now, with its message:
-        # Ray's disconnect at interpreter exit can wait for ever on the calls NeMo-RL left
-        # pending on the dead node (tests/cpu/test_ray_nodes.py, 2 of 3 runs on 2026-11-24).
-        print(f"{prog}: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
 
 
 def _usage() -> str:

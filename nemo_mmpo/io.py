@@ -1,12 +1,12 @@
-"""Atomic file writes: a reader never sees a half-written result, an interrupted write loses
-nothing that was there before."""
+"""Atomic file writes (a reader never sees a half-written result, an interrupted write loses
+nothing that was there before), figures, and the markdown tables the reports write."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -82,3 +82,12 @@ def pyplot():
     import matplotlib.pyplot
 
     return matplotlib.pyplot
+
+
+def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A markdown table's lines: ``| a | b |``, ``|---|---|``, then ``| x | y |`` per row.
+
+    Cells are written with ``str``; every row should have ``len(header)`` cells.
+    """
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|---" * len(header) + "|"]
+    return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]

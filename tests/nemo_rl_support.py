@@ -26,7 +26,7 @@ os.environ.setdefault("NEMO_RL_PY_EXECUTABLES_SYSTEM", "1")
 
 def nemo_rl_checkout() -> Path:
     """The NeMo-RL checkout the tests read configs from (``NEMO_RL_PATH``); skips without one."""
-    from nemo_mmpo.launch.checkout import find_nemo_rl_root
+    from nemo_mmpo.checkout import find_nemo_rl_root
 
     root = find_nemo_rl_root()
     if root is None:
@@ -53,7 +53,7 @@ def master_config_from_recipe(recipe: str, overrides: list[str] = ()) -> object:
     """``recipe`` loaded as NeMo-RL's ``run_grpo.py`` loads it, into its ``MasterConfig``."""
     from omegaconf import OmegaConf
 
-    from nemo_mmpo.launch.checkout import find_nemo_rl_root, link_nemo_rl_configs
+    from nemo_mmpo.checkout import find_nemo_rl_root, link_nemo_rl_configs
 
     config_module = import_nemo_rl("nemo_rl.utils.config")
     grpo = import_nemo_rl("nemo_rl.algorithms.grpo")

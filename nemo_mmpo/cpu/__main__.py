@@ -14,7 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import MMPOInputError, handle
+from nemo_mmpo.recipes import load
 
 
 def warm_start_command(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -22,7 +23,6 @@ def warm_start_command(args: argparse.Namespace, overrides: list[str]) -> int:
     from nemo_mmpo.cpu.model import char_tokenizer
     from nemo_mmpo.cpu.rig_settings import TinySettings
     from nemo_mmpo.cpu.warm_start import load_or_make
-    from nemo_mmpo.launch.loader import load
 
     config = load(args.config, overrides).config
     settings = TinySettings.from_config(config.get("cpu_backend"))
@@ -113,6 +113,4 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.cpu") -
 
 
 if __name__ == "__main__":
-    from nemo_mmpo.cli import handle
-
     sys.exit(handle(main, None, "python -m nemo_mmpo.cpu"))

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.io import pyplot, save_figure_atomic
 
 
 def reward_curve(log_dir: str | Path, tag: str = "train/reward") -> list[tuple[int, float]]:
@@ -49,8 +50,6 @@ def plot_reward_bands(
 ) -> Path:
     """Per method: the mean over its runs (seeds) of the ``window``-step moving-average reward,
     and a band from the lowest to the highest run. Runs of a method are cut to the shortest."""
-    from nemo_mmpo.io import pyplot, save_figure_atomic
-
     figure, axis = pyplot().subplots(figsize=(6.4, 4.0))
     for name, log_dirs in runs.items():
         curves = [np.array([value for _, value in reward_curve(d)]) for d in log_dirs]

@@ -32,26 +32,19 @@ import torch
 
 from nemo_mmpo.cpu.console import ProgressLogger, output_to_file
 from nemo_mmpo.cpu.model import char_tokenizer
-from nemo_mmpo.cpu.node_watch import NodeDiedError, TrainingStalledError, watch_nodes
+from nemo_mmpo.cpu.node_watch import watch_nodes
 from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter, ray_session
 from nemo_mmpo.cpu.rig_settings import TinySettings
 from nemo_mmpo.cpu.task import datum, write_benchmark_file
 from nemo_mmpo.cpu.warm_start import load_or_make
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import MMPOInputError, NodeDiedError, TrainingStalledError
+from nemo_mmpo.nemo_rl import install, versions
+from nemo_mmpo.nemo_rl.sections import plain
 
 #: NeMo-RL's full output, in the run's log directory.
 NEMO_RL_LOG = "nemo_rl.log"
 #: The held-out problems, in the run's checkpoint directory (for ``nemo_mmpo.eval``).
 HELD_OUT_FILE = "held_out.jsonl"
-
-
-def plain(value: Any) -> Any:
-    """A config section as plain dicts (NeMo-RL main's are pydantic models, v0.7.0's dicts)."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    return value
 
 
 def _save_state(grpo: Any, loaded: dict[str, Any] | None) -> Any:
@@ -69,8 +62,6 @@ def epochs_in_one_pass(records: list, grpo_config: dict[str, Any], seed: int) ->
     need (at most ``grpo.max_num_epochs``), each a seeded permutation, so that no batch
     straddles two epochs (a prompt twice in one batch would make one group of two groups'
     rollouts)."""
-    from nemo_mmpo.launch.rules import async_batches_needed
-
     prompts = grpo_config["num_prompts_per_step"]
     steps_per_epoch = len(records) // prompts
     if steps_per_epoch == 0:
@@ -78,7 +69,7 @@ def epochs_in_one_pass(records: list, grpo_config: dict[str, Any], seed: int) ->
             f"{len(records)} training problems make no batch of grpo.num_prompts_per_step="
             f"{prompts}: lower it or raise cpu_backend.task.train_size"
         )
-    needed = -(-async_batches_needed(grpo_config["max_num_steps"]) // steps_per_epoch)
+    needed = -(-versions.async_batches_needed(grpo_config["max_num_steps"]) // steps_per_epoch)
     if needed > grpo_config["max_num_epochs"]:
         raise MMPOInputError(
             f"grpo.max_num_steps={grpo_config['max_num_steps']} needs {needed} epochs of "
@@ -109,23 +100,19 @@ def _check_async_run_finished(checkpointer: Any, max_num_steps: int) -> None:
 
 def _root_without_async_fix(grpo: Any) -> Path | None:
     """The running NeMo-RL's checkout when its async trainer lacks
-    :data:`~nemo_mmpo.launch.checkout.ASYNC_RESUME_FIX` (v0.7.0), else None."""
-    from nemo_mmpo.launch.checkout import async_resume_can_stall
-
+    :data:`~nemo_mmpo.nemo_rl.versions.ASYNC_RESUME_FIX` (v0.7.0), else None."""
     root = Path(grpo.__file__).resolve().parents[2]
-    return root if async_resume_can_stall(root) else None
+    return root if versions.async_resume_can_stall(root) else None
 
 
 def _warn_if_async_resume_can_stall(grpo: Any, note: Any) -> None:
     """NeMo-RL v0.7.0's async trainer can skip the step after the one it resumes at and wait
-    forever (:func:`~nemo_mmpo.launch.checkout.async_resume_can_stall`): say so up front."""
-    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX
-
+    forever (:func:`~nemo_mmpo.nemo_rl.versions.async_resume_can_stall`): say so up front."""
     root = _root_without_async_fix(grpo)
     if root is not None:
         note(
-            f"warning: the NeMo-RL at {root} lacks {ASYNC_RESUME_FIX}: a resumed async run "
-            "can wait forever for the step after the one it resumes at; if no step follows, "
+            f"warning: the NeMo-RL at {root} lacks {versions.ASYNC_RESUME_FIX}: a resumed async "
+            "run can wait forever for the step after the one it resumes at; if no step follows, "
             "stop it and resume with a NeMo-RL that has the fix (main does)"
         )
 
@@ -167,12 +154,10 @@ def _validate_before_async_loop(grpo: Any, arguments: dict[str, Any]) -> None:
 def _stall_check(progress: ProgressLogger, timeout_s: float, grpo: Any):
     """``stalled()`` for :func:`watch_nodes`: a message once nothing (a step, an evaluation)
     has been logged for ``timeout_s`` seconds (``cpu_backend.stall_timeout_s``)."""
-    from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX
-
     root = _root_without_async_fix(grpo)
     known = (
-        f"; this NeMo-RL ({root}) lacks {ASYNC_RESUME_FIX}, without which its async trainer "
-        "can wait forever for the step after the one it starts or resumes at"
+        f"; this NeMo-RL ({root}) lacks {versions.ASYNC_RESUME_FIX}, without which its async "
+        "trainer can wait forever for the step after the one it starts or resumes at"
         if root is not None
         else ""
     )
@@ -238,8 +223,6 @@ def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
 def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> dict[str, Any]:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from nemo_mmpo.nemo_rl import install
-
     install()  # before Ray starts: the estimator and loss hooks, the workers' path
     from nemo_rl.algorithms import grpo
     from nemo_rl.data.collate_fn import rl_collate_fn
@@ -248,7 +231,7 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     from nemo_rl.utils.checkpoint import CheckpointManager
     from nemo_rl.utils.logger import Logger
 
-    from nemo_mmpo.cpu.policy import CPUPolicy
+    from nemo_mmpo.cpu.policy import CPUPolicy  # imports nemo_rl and ray: not on a login node
 
     master_config = grpo.MasterConfig(**raw_config)  # NeMo-RL validates it (v0.7.0 and main)
     master = {name: plain(getattr(master_config, name)) for name in raw_config}
@@ -349,6 +332,7 @@ def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[t
     from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
     from nemo_rl.environments.math_environment import MathEnvironment
 
+    # imports ray at import time, as cpu.policy does: imported only where a run starts
     from nemo_mmpo.cpu.generation import CPUGeneration, SeparateCPUGeneration
 
     asynchronous = bool((master["grpo"].get("async_grpo") or {}).get("enabled"))

@@ -20,6 +20,7 @@ from pydantic import Field
 from nemo_mmpo.cpu.model import EOS
 from nemo_mmpo.cpu.sampling import sample_texts, token_logprobs
 from nemo_mmpo.cpu.task import Problem
+from nemo_mmpo.eval.verify import make_scorer
 from nemo_mmpo.settings import Settings
 
 
@@ -44,8 +45,6 @@ def success_counts(
     model: Any, tokenizer: Any, problems: list[Problem], samples: int, sampler: Sampler
 ) -> list[int]:
     """Correct samples out of ``samples`` for each problem."""
-    from nemo_mmpo.eval.verify import make_scorer
-
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     score = make_scorer()
     texts = sample_texts(

@@ -32,16 +32,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from nemo_mmpo.errors import NodeDiedError, TrainingStalledError
+
 #: Ray's own resources, left out of a node's description (the custom ones say what it was for).
 _RAY_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "node:", "accelerator_type:")
-
-
-class NodeDiedError(RuntimeError):
-    """A Ray node the run used died; the message names it."""
-
-
-class TrainingStalledError(RuntimeError):
-    """The run stopped making progress; the message says since when and what was waited for."""
 
 
 class WatchInterrupt(KeyboardInterrupt):

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from nemo_mmpo.checkout import REPO_ROOT
 from nemo_mmpo.cpu.curves import plot_reward_bands, reward_curve, window_means
-from nemo_mmpo.cpu.runs import ROOT, TINY_RECIPE, finished, run_config, run_recipe
+from nemo_mmpo.cpu.runs import TINY_RECIPE, finished, run_config, run_recipe
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
 
@@ -101,7 +102,7 @@ def run_one(
         if not other_python:
             raise MMPOInputError(f"variant {variant.name} needs --other-python PATH")
         command = [other_python, "-m", "nemo_mmpo.cpu", "warm-start", "--config", str(recipe)]
-        subprocess.run([*command, *overrides], check=True, env=environment, cwd=ROOT)
+        subprocess.run([*command, *overrides], check=True, env=environment, cwd=REPO_ROOT)
     record = run_recipe(
         run_dir,
         recipe,

@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nemo_mmpo.checkout import REPO_ROOT
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.recipes import load
 
-ROOT = Path(__file__).resolve().parents[2]
-ENTRY = ROOT / "examples" / "run_mmpo_math.py"
+ENTRY = REPO_ROOT / "examples" / "run_mmpo_math.py"
 #: The tiny CPU recipe (MMPO), which the spread and the study run with overrides.
-TINY_RECIPE = ROOT / "examples" / "configs" / "mmpo_tiny_cpu.yaml"
+TINY_RECIPE = REPO_ROOT / "examples" / "configs" / "mmpo_tiny_cpu.yaml"
 FINISHED = "finished.json"
 
 
@@ -42,8 +43,6 @@ def run_recipe(
 ) -> dict[str, Any]:
     """Run ``recipe`` with ``overrides`` in ``run_dir`` unless it finished before; returns the
     run's record (``record`` plus ``seconds`` and the resolved config's path)."""
-    from nemo_mmpo.launch.loader import load
-
     done = finished(run_dir)
     if done is not None:
         return done
@@ -56,7 +55,7 @@ def run_recipe(
         result = subprocess.run(
             command,
             env={**os.environ, **(environment or {})},
-            cwd=ROOT,
+            cwd=REPO_ROOT,
             stdout=terminal,
             stderr=subprocess.STDOUT,
         )

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.io import write_jsonl_atomic
 from nemo_mmpo.settings import Settings
 
 #: Difficulty strata, easiest first (the held-out set is stratified over them).
@@ -145,7 +146,5 @@ def benchmark_records(problems: list[Problem]) -> list[dict[str, Any]]:
 
 def write_benchmark_file(path: Path, problems: list[Problem]) -> Path:
     """The problems as a local benchmark file for ``python -m nemo_mmpo.eval`` (atomic)."""
-    from nemo_mmpo.io import write_jsonl_atomic
-
     write_jsonl_atomic(benchmark_records(problems), path)
     return path

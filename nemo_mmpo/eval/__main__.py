@@ -17,9 +17,11 @@ import math
 import sys
 from pathlib import Path
 
+from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
 from nemo_mmpo.data import VALIDATION_BENCHMARKS, load_benchmark
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import MMPOInputError, handle
 from nemo_mmpo.eval.generate import DEFAULT_TEMPLATE
+from nemo_mmpo.recipes import load
 
 
 def report(args: argparse.Namespace) -> None:
@@ -123,8 +125,6 @@ def watch(args: argparse.Namespace) -> None:
     from nemo_mmpo.eval.protocol import read_settings
     from nemo_mmpo.eval.run_summary import write_summary
     from nemo_mmpo.eval.watch import watch as watch_checkpoints
-    from nemo_mmpo.launch.checkout import REPO_ROOT, find_nemo_rl_root
-    from nemo_mmpo.launch.loader import load
 
     config = load(Path(args.config).expanduser().resolve(), args.overrides).config
     os.chdir(REPO_ROOT)  # the recipe's relative paths (checkpoints, logs, data) start here
@@ -265,6 +265,4 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") 
 
 
 if __name__ == "__main__":
-    from nemo_mmpo.cli import handle
-
     sys.exit(handle(main, None, "python -m nemo_mmpo.eval"))

@@ -154,9 +154,6 @@ class TransformersSampler:
         return results
 
 
-BACKENDS = ("vllm", "hf")
-
-
 def _repair_and_read(path: Path) -> list[dict[str, Any]]:
     """Existing records; drops a truncated last line from the file itself."""
     if not path.exists():

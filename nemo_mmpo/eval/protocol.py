@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, field_validator
 
+from nemo_mmpo.data import load_benchmark
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.metrics import (
     STEP_PASS_AT,
@@ -113,8 +114,6 @@ def unread_evaluation_settings(section: Any) -> list[str]:
 
 def load_problems(settings: EvaluationSettings) -> list[dict[str, Any]]:
     """Every benchmark's problems (``{"id", "problem", "answer", "source"}``)."""
-    from nemo_mmpo.data import load_benchmark
-
     if not settings.benchmarks:
         raise MMPOInputError("evaluation.benchmarks is empty: name at least one benchmark")
     return [

@@ -26,7 +26,7 @@ from nemo_mmpo.eval.metrics import (
     pass_at_k,
 )
 from nemo_mmpo.eval.rollouts import ProblemCounts, load_run
-from nemo_mmpo.io import pyplot, save_figure_atomic, write_text_atomic
+from nemo_mmpo.io import markdown_table, pyplot, save_figure_atomic, write_text_atomic
 
 PAPER_COLUMNS = (("math500", 1), ("olymmath", 1), ("amc23", 16), ("aime24", 16), ("aime25", 16))
 ALPHAS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -106,19 +106,16 @@ def coverage_difference(runs: dict[str, ProblemCounts]) -> str | None:
 
 def inputs_section(runs: dict[str, ProblemCounts]) -> str:
     """What each number covers: files, problems and samples per benchmark, statuses, notes."""
-    lines = [
-        "## Inputs",
-        "",
-        "| run | benchmark | problems | samples | samples per problem |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for name, counts in runs.items():
         for benchmark in [*counts.benchmarks, "all"]:
             subset = counts if benchmark == "all" else counts.benchmark(benchmark)
-            lines.append(
-                f"| {name} | {benchmark} | {len(subset.keys)} | {int(subset.samples.sum())} | "
-                f"{_sample_range(subset.samples)} |"
+            samples = subset.samples
+            rows.append(
+                [name, benchmark, len(subset.keys), int(samples.sum()), _sample_range(samples)]
             )
+    header = ["run", "benchmark", "problems", "samples", "samples per problem"]
+    lines = ["## Inputs", "", *markdown_table(header, rows)]
     lines.append("")
     coverage_note = coverage_difference(runs)
     if coverage_note:
@@ -144,7 +141,7 @@ def benchmark_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | No
         label = f"avg@{counts.pop()}" if len(counts) == 1 else "avg@n"
         header.append(f"{benchmark} ({label})")
     header.append("average")
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    rows = []
     numbers = {} if numbers is None else numbers
     for name, counts in runs.items():
         cells, values = [], []
@@ -165,19 +162,15 @@ def benchmark_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | No
                 "samples_per_problem_max": int(subset.samples.max()),
             }
         numbers[name]["average_percent"] = float(np.mean(values)) if values else None
-        average = f"{np.mean(values):.1f}" if values else "–"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {average} |")
-    return "\n".join(lines)
+        rows.append([name, *cells, f"{np.mean(values):.1f}" if values else "–"])
+    return "\n".join(markdown_table(header, rows))
 
 
 def pass_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = None) -> str:
     """pass@k per run and benchmark (blank where a problem has fewer than k samples); the
     values go into ``numbers[run][benchmark]["pass@k"]`` (None where blank)."""
     numbers = {} if numbers is None else numbers
-    lines = [
-        "| method | benchmark | " + " | ".join(f"pass@{k}" for k in TABLE_PASS_AT) + " |",
-        "|---" * (len(TABLE_PASS_AT) + 2) + "|",
-    ]
+    rows = []
     for name, counts in runs.items():
         numbers[name] = {}
         for benchmark in [*counts.benchmarks, "all"]:
@@ -192,8 +185,9 @@ def pass_table(runs: dict[str, ProblemCounts], numbers: dict[str, Any] | None = 
                 else:
                     cells.append("–")
                     numbers[name][benchmark][f"pass@{k}"] = None
-            lines.append(f"| {name} | {benchmark} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append([name, benchmark, *cells])
+    header = ["method", "benchmark", *(f"pass@{k}" for k in TABLE_PASS_AT)]
+    return "\n".join(markdown_table(header, rows))
 
 
 def common_success(runs: dict[str, ProblemCounts]) -> dict[str, np.ndarray]:
@@ -255,10 +249,14 @@ def _gini_section(runs, success, out: Path, numbers: dict[str, Any]) -> str:
         }
         for result in results
     ]
-    lines = ["| alpha | problems kept | " + " | ".join(runs) + " |", "|---" * (len(runs) + 2) + "|"]
-    for result in results:
-        cells = [f"{result['methods'][name]['gini']:.4f}" for name in runs]
-        lines.append(f"| {result['alpha']} | {result['kept']} | " + " | ".join(cells) + " |")
+    lines = markdown_table(
+        ["alpha", "problems kept", *runs],
+        [
+            [result["alpha"], result["kept"]]
+            + [f"{result['methods'][name]['gini']:.4f}" for name in runs]
+            for result in results
+        ],
+    )
     figure, axis = pyplot().subplots(figsize=(5, 3.6))
     for name in runs:
         axis.plot(ALPHAS, [r["methods"][name]["gini"] for r in results], marker="o", label=name)
@@ -300,7 +298,7 @@ def _first_success_section(runs, success, out: Path, numbers: dict[str, Any]) ->
     numbers["first_success"] = {}
     figure, axis = pyplot().subplots(figsize=(6, 3.6))
     width = 0.8 / len(runs)
-    lines = ["| method | attempts | P(first success at 1) | never solved |", "|---|---|---|---|"]
+    rows = []
     for offset, (name, counts) in enumerate(runs.items()):
         distribution = first_success_distribution(counts.samples, counts.correct)
         attempts = np.arange(1, len(distribution["pmf"]) + 2)
@@ -311,10 +309,10 @@ def _first_success_section(runs, success, out: Path, numbers: dict[str, Any]) ->
             "probability_first_success_at": [float(value) for value in distribution["pmf"]],
             "never_solved": float(distribution["never_solved"]),
         }
-        lines.append(
-            f"| {name} | {len(distribution['pmf'])} | {distribution['pmf'][0]:.3f} | "
-            f"{distribution['never_solved']:.3f} |"
-        )
+        pmf, never = distribution["pmf"], distribution["never_solved"]
+        rows.append([name, len(pmf), f"{pmf[0]:.3f}", f"{never:.3f}"])
+    header = ["method", "attempts", "P(first success at 1)", "never solved"]
+    lines = markdown_table(header, rows)
     _finish(
         figure,
         axis,

@@ -16,7 +16,7 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.protocol import read_steps
-from nemo_mmpo.io import finish_figure, pyplot, write_text_atomic
+from nemo_mmpo.io import finish_figure, markdown_table, pyplot, write_text_atomic
 
 
 def pass_at_all(numbers: dict[str, Any]) -> dict[str, float]:
@@ -63,13 +63,16 @@ def write_summary(output_dir: str | Path) -> Path:
         f"average {summary['selected']['average']:.4f}. Final: step {summary['final']['step']}, "
         f"average {summary['final']['average']:.4f}.",
         "",
-        "| step | average | " + " | ".join(columns) + " |",
-        "|---" * (len(columns) + 2) + "|",
     ]
-    for step, row in summary["per_step"].items():
-        cells = " | ".join(f"{row[key]:.4f}" for key in columns)
-        marker = " (selected)" if int(step) == summary["selected"]["step"] else ""
-        lines.append(f"| {step}{marker} | {row['average']:.4f} | {cells} |")
+    rows = [
+        [
+            f"{step} (selected)" if int(step) == summary["selected"]["step"] else step,
+            f"{row['average']:.4f}",
+            *(f"{row[key]:.4f}" for key in columns),
+        ]
+        for step, row in summary["per_step"].items()
+    ]
+    lines += markdown_table(["step", "average", *columns], rows)
     figure, axis = pyplot().subplots(figsize=(6.4, 4.0))
     xs = [int(step) for step in summary["per_step"]]
     axis.plot(

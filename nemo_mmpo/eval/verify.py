@@ -26,8 +26,6 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 
-STATUSES = ("ok", "timeout", "error", "too_long")
-
 
 @dataclass(frozen=True)
 class Verdict:

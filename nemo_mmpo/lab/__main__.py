@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import MMPOInputError, handle
 from nemo_mmpo.io import write_text_atomic
 from nemo_mmpo.lab.experiments import gradient_study, paper_comparison, train_side_by_side
 from nemo_mmpo.lab.plots import (
@@ -147,6 +147,4 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.lab") -
 
 
 if __name__ == "__main__":
-    from nemo_mmpo.cli import handle
-
     sys.exit(handle(main, None, "python -m nemo_mmpo.lab"))

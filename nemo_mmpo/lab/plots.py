@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from nemo_mmpo.io import markdown_table, save_figure_atomic
 from nemo_mmpo.io import pyplot as _pyplot
-from nemo_mmpo.io import save_figure_atomic
 
 PLOTTED = (
     ("mean_success", "mean success rate"),
@@ -69,22 +69,18 @@ def training_table(history: dict[str, list[dict[str, float]]]) -> str:
         "failure_moment_4",
         "truncated_first_success_time",
     )
-    lines = ["| arm | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-    for name, rows in history.items():
-        first, last = rows[0], rows[-1]
-        cells = [f"{first[key]:.3f} → {last[key]:.3f}" for key in keys]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [
+        [name, *(f"{rows[0][key]:.3f} → {rows[-1][key]:.3f}" for key in keys)]
+        for name, rows in history.items()
+    ]
+    return "\n".join(markdown_table(["arm", *keys], rows))
 
 
 def gradient_table(rows: Sequence[dict]) -> str:
-    lines = [
-        "| G | T | estimator | bias² | variance | MSE |",
-        "|---|---|---|---|---|---|",
+    header = ["G", "T", "estimator", "bias²", "variance", "MSE"]
+    cells = [
+        [row["group_size"], row["truncation_order"], row["estimator"]]
+        + [f"{row[key]:.4f}" for key in ("bias2", "variance", "mse")]
+        for row in rows
     ]
-    for row in rows:
-        lines.append(
-            f"| {row['group_size']} | {row['truncation_order']} | {row['estimator']} | "
-            f"{row['bias2']:.4f} | {row['variance']:.4f} | {row['mse']:.4f} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(markdown_table(header, cells))

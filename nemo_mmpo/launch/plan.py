@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_mmpo.launch.loader import LoadedConfig
+from nemo_mmpo.nemo_rl.dmpo_batch_terms import is_dmpo_loss, read_dmpo_settings
+from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, read_estimator_settings
 from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.recipes import LoadedConfig
 
 
 def _cpu(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -121,9 +123,6 @@ def batch_section(config: dict[str, Any]) -> list[str]:
 
 
 def objective_section(config: dict[str, Any]) -> list[str]:
-    from nemo_mmpo.nemo_rl.dmpo_batch_terms import is_dmpo_loss, read_dmpo_settings
-    from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, read_estimator_settings
-
     estimator = value(config, "grpo.adv_estimator") or {}
     if is_our_estimator(estimator.get("name")):
         lines = [f"advantage: nemo-mmpo {read_estimator_settings(estimator).describe()}"]

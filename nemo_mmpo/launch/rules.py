@@ -1,6 +1,6 @@
 """What ``--dry-run`` checks before anything is queued: rules that each return errors and warnings.
 
-Each rule takes the resolved config (:class:`~nemo_mmpo.launch.loader.LoadedConfig`'s plain
+Each rule takes the resolved config (:class:`~nemo_mmpo.recipes.LoadedConfig`'s plain
 dicts) and returns :class:`Findings`; :func:`check` runs every rule in :data:`RULES` and
 collects all findings, so a recipe with three mistakes is told about all three. Settings
 sections are read by their typed models (:mod:`nemo_mmpo.settings`), so a bad value is named
@@ -14,9 +14,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.cpu.rig_settings import TinySettings, unread_cpu_settings
+from nemo_mmpo.data import BENCHMARKS
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.launch.checkout import REPO_ROOT
-from nemo_mmpo.nemo_rl.names import LOSS_NAMES, NEMO_RL_ESTIMATORS
+from nemo_mmpo.eval.protocol import read_settings, unread_evaluation_settings
+from nemo_mmpo.nemo_rl import versions
+from nemo_mmpo.nemo_rl.dmpo_batch_terms import (
+    is_dmpo_loss,
+    read_dmpo_settings,
+    unread_dmpo_settings,
+)
+from nemo_mmpo.nemo_rl.estimator_settings import (
+    group_size_problem,
+    is_our_estimator,
+    read_estimator_settings,
+    unread_estimator_settings,
+)
+from nemo_mmpo.nemo_rl.names import LOSS_NAMES, MMPO_LOSS, NEMO_RL_ESTIMATORS
+from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 from nemo_mmpo.nemo_rl.sections import value
 
 
@@ -85,8 +101,6 @@ def advantage_estimator(config: dict[str, Any], findings: Findings) -> None:
     """Our estimators' settings (typed), the group size each estimator declared it needs
     (the unbiased estimator's 2 <= G and T <= G, pass@k's k <= G), binary rewards, and
     advantage clipping that would cut MMPO's weights."""
-    from nemo_mmpo.nemo_rl.estimator_settings import group_size_problem, read_estimator_settings
-
     estimator = value(config, "grpo.adv_estimator") or {}
     name = estimator.get("name")
     if name is None:
@@ -119,9 +133,6 @@ def advantage_estimator(config: dict[str, Any], findings: Findings) -> None:
 def loss_function(config: dict[str, Any], findings: Findings) -> None:
     """``loss_fn.name``; non-paper settings of ours (warned); async needs importance sampling;
     ``force_on_policy_ratio`` needs one optimizer step per batch; an unused reference pass."""
-    from nemo_mmpo.nemo_rl.names import MMPO_LOSS
-    from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
-
     loss_config = value(config, "loss_fn") or {}
     loss_name = loss_config.get("name")
     if loss_name not in (None, *LOSS_NAMES):
@@ -161,9 +172,6 @@ def loss_function(config: dict[str, Any], findings: Findings) -> None:
 @rule
 def dmpo(config: dict[str, Any], findings: Findings) -> None:
     """DMPO's settings (typed); what it cannot train with; non-paper values (warned)."""
-    from nemo_mmpo.nemo_rl.dmpo_batch_terms import is_dmpo_loss, read_dmpo_settings
-    from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
-
     loss_config = value(config, "loss_fn") or {}
     if not is_dmpo_loss(loss_config):
         return
@@ -211,27 +219,15 @@ def training_prompts(config: dict[str, Any]) -> tuple[int, str] | None:
         with path.open(encoding="utf-8") as handle:
             return sum(1 for line in handle if line.strip()), data_path
     if path.name == "math_train.jsonl":
-        from nemo_mmpo.data import BENCHMARKS
-
         size = BENCHMARKS["math_train"].expected_size
         return size, f"{data_path} (MATH train as --prepare-data writes it)"
     return None
 
 
-def async_batches_needed(max_num_steps: int) -> int:
-    """Dataloader batches NeMo-RL's async trainer needs for ``max_num_steps`` steps.
-
-    It reads the training dataloader once (``grpo.max_num_epochs`` does not apply), and its
-    trajectory collector needs one batch beyond the last step: when the dataloader ends it
-    stops and drops the generation in flight. Short of that, v0.7.0 waits forever for the last
-    step's trajectories and main stops with an error.
-    """
-    return max_num_steps + 1
-
-
 @rule
 def async_training_data(config: dict[str, Any], findings: Findings) -> None:
-    """An async run the training set cannot feed (:func:`async_batches_needed`) is refused."""
+    """An async run the training set cannot feed is refused
+    (:func:`~nemo_mmpo.nemo_rl.versions.async_batches_needed`)."""
     if not value(config, "grpo.async_grpo.enabled", False):
         return
     if value(config, "cpu_backend.enabled", False):
@@ -243,7 +239,7 @@ def async_training_data(config: dict[str, Any], findings: Findings) -> None:
     prompts, _ = _group_sizes(config)
     size, source = known
     batches = size // prompts
-    if async_batches_needed(max_steps) > batches:
+    if versions.async_batches_needed(max_steps) > batches:
         findings.errors.append(
             f"grpo.max_num_steps={max_steps} with grpo.async_grpo.enabled=true: NeMo-RL's "
             f"async trainer reads the training set once (grpo.max_num_epochs does not apply) "
@@ -259,23 +255,17 @@ def async_training_data(config: dict[str, Any], findings: Findings) -> None:
 def async_resume(config: dict[str, Any], findings: Findings) -> None:
     """An async run on a NeMo-RL whose first step after a start can wait forever (v0.7.0) is
     warned about: after a resume, and at a fresh start with ``grpo.val_at_start=true``."""
-    from nemo_mmpo.launch.checkout import (
-        ASYNC_RESUME_FIX,
-        async_resume_can_stall,
-        find_nemo_rl_root,
-    )
-
     if not value(config, "grpo.async_grpo.enabled", False):
         return
     root = find_nemo_rl_root()
-    if root is None or not async_resume_can_stall(root):
+    if root is None or not versions.async_resume_can_stall(root):
         return
     findings.warnings.append(
         f"grpo.async_grpo.enabled=true with the NeMo-RL at {root}: resumed from a checkpoint, "
         "its async trainer can skip the step after the one it resumes at and then wait "
         "forever (the replay buffer restored with step N complete; the trajectory collector "
-        f"moves on to N+2). Resume with a NeMo-RL that has {ASYNC_RESUME_FIX} (main does); a "
-        "run that stalls right after resuming is this"
+        f"moves on to N+2). Resume with a NeMo-RL that has {versions.ASYNC_RESUME_FIX} (main "
+        "does); a run that stalls right after resuming is this"
     )
     # the CPU rig evaluates step 0 before NeMo-RL's loop, so its collector is never paused
     if value(config, "grpo.val_at_start", False) and not value(
@@ -288,7 +278,8 @@ def async_resume(config: dict[str, Any], findings: Findings) -> None:
             "can then generate step 0 again instead of step 1, and the trainer waits forever "
             "for step 1 (seen on the CPU rig with v0.7.0). Set grpo.val_at_start=false "
             f"(evaluate the starting checkpoint with `nemo-mmpo eval`), or use a NeMo-RL with "
-            f"{ASYNC_RESUME_FIX}, which waits for step 1 before training step 0 (main does)"
+            f"{versions.ASYNC_RESUME_FIX}, which waits for step 1 before training step 0 "
+            "(main does)"
         )
 
 
@@ -318,8 +309,6 @@ def _packed_row_padding(config: dict[str, Any]) -> list[str]:
 def fused_sequence_packing(config: dict[str, Any], findings: Findings) -> None:
     """``policy.sequence_packing.fuse_loss: true`` with a padded packed row (pipeline parallel,
     FP8, HybridEP) is refused on a NeMo-RL whose fused loss overruns the rows (v0.7.0)."""
-    from nemo_mmpo.launch.checkout import find_nemo_rl_root, fused_packing_overruns_rows
-
     if not (
         value(config, "policy.megatron_cfg.enabled", False)
         and value(config, "policy.sequence_packing.enabled", False)
@@ -328,7 +317,7 @@ def fused_sequence_packing(config: dict[str, Any], findings: Findings) -> None:
         return
     causes = _packed_row_padding(config)
     root = find_nemo_rl_root()
-    if not causes or root is None or not fused_packing_overruns_rows(root):
+    if not causes or root is None or not versions.fused_packing_overruns_rows(root):
         return
     findings.errors.append(
         f"policy.sequence_packing.fuse_loss=true with {' and '.join(causes)}: NeMo-RL pads "
@@ -347,11 +336,6 @@ def unread_settings(config: dict[str, Any], findings: Findings) -> None:
     """Settings that validate but that nothing reads in this configuration (warned, naming who
     reads them): estimator options of another estimator, DMPO's keys under another loss, the
     keys of a disabled ``evaluation`` or ``cpu_backend`` section, async-only CPU settings."""
-    from nemo_mmpo.cpu.rig_settings import unread_cpu_settings
-    from nemo_mmpo.eval.protocol import unread_evaluation_settings
-    from nemo_mmpo.nemo_rl.dmpo_batch_terms import unread_dmpo_settings
-    from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, unread_estimator_settings
-
     estimator = value(config, "grpo.adv_estimator") or {}
     if is_our_estimator(estimator.get("name")):
         findings.warnings.extend(unread_estimator_settings(estimator))
@@ -370,8 +354,6 @@ def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     section = value(config, "cpu_backend")
     if not section or not section.get("enabled"):
         return
-    from nemo_mmpo.cpu.rig_settings import TinySettings
-
     TinySettings.from_config(section)
 
 
@@ -379,8 +361,6 @@ def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
 def evaluation(config: dict[str, Any], findings: Findings) -> None:
     """The paper's evaluation (typed): inside the loop only where the engine can sample with
     its own settings (the CPU engines), and then at a positive ``grpo.val_period``."""
-    from nemo_mmpo.eval.protocol import read_settings
-
     section = value(config, "evaluation")
     if section is None:
         return

@@ -1,6 +1,6 @@
 """``nemo-mmpo train`` (and ``examples/run_mmpo_math.py``): check, plan, then train.
 
-1. Load the recipe and overrides exactly as NeMo-RL will (:mod:`nemo_mmpo.launch.loader`).
+1. Load the recipe and overrides exactly as NeMo-RL will (:mod:`nemo_mmpo.recipes`).
    ``--config`` is resolved against the directory the command runs in.
 2. Run every rule (:mod:`nemo_mmpo.launch.rules`): all errors are printed, then exit status 2.
 3. Print the plan (:mod:`nemo_mmpo.launch.plan`), the warnings, and with ``--print-config`` the
@@ -18,8 +18,13 @@ import runpy
 import sys
 from pathlib import Path
 
+from nemo_mmpo import recipes
+from nemo_mmpo.checkout import CONFIGS_DIR, REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.cpu import driver
+from nemo_mmpo.data import prepare_training_data
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.launch.checkout import CONFIGS_DIR, REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.launch import plan, rules
+from nemo_mmpo.nemo_rl import install
 from nemo_mmpo.settings import mark_reported
 
 DEFAULT_CONFIG = CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"
@@ -54,9 +59,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
 
 def check_and_plan(config_path: Path, overrides: list[str], print_config: bool) -> object:
     """Load, check and print the plan; returns the loaded config, raises on any error."""
-    from nemo_mmpo.launch import loader, plan, rules
-
-    loaded = loader.load(config_path, overrides)
+    loaded = recipes.load(config_path, overrides)
     findings = rules.check(loaded.config)
     if findings.errors:
         raise MMPOInputError("\n  ".join(["invalid configuration:", *findings.errors]))
@@ -83,14 +86,10 @@ def _train_with_nemo_rl(loaded, overrides: list[str], prepare_data: bool) -> int
             if path and Path(path).parent == Path(data_paths[0].parent.name) / "validation"
         ]
     if prepare_data or not all(path.exists() for path in data_paths):
-        from nemo_mmpo.data import prepare_training_data
-
         written = prepare_training_data(data_paths[0].parent)
         print(f"[nemo-mmpo] wrote {written['train']} and {written['validation']}")
         if prepare_data:
             return 0
-    from nemo_mmpo.nemo_rl import install
-
     # NeMo-RL's run_grpo.py builds the loss inside setup() and the estimator inside the
     # trainer, so both are hooked; install() also puts nemo_mmpo on the Ray workers' path.
     hooked = install()
@@ -115,8 +114,6 @@ def main(argv: list[str] | None = None, prog: str = "nemo-mmpo train") -> int:
     if args.dry_run or args.print_config:
         return 0
     if (loaded.config.get("cpu_backend") or {}).get("enabled"):
-        from nemo_mmpo.cpu import driver
-
         os.chdir(REPO_ROOT)  # the recipe's relative paths (results/, logs/) start here
         driver.run(loaded.config)
         return 0

@@ -9,7 +9,8 @@ so ``import nemo_mmpo.nemo_rl`` works on a machine without NeMo-RL.
 - :mod:`.dmpo_batch_terms`: DMPO's per-batch penalty terms;
 - :mod:`.hooks`: :func:`install`;
 - :mod:`.sections`: the one accessor for NeMo-RL's config sections (mappings or models);
-- :mod:`.names`, :mod:`.paper_settings`: names and the paper's loss settings.
+- :mod:`.names`, :mod:`.paper_settings`: names and the paper's loss settings;
+- :mod:`.versions`: what differs between NeMo-RL versions, read from a checkout's code.
 """
 
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator

@@ -11,10 +11,10 @@ The step's ``mmpo/`` metrics travel three ways, for the three kinds of trainer:
 - NeMo-RL with ``AdvantageResult`` (pull request #3512: trainers read ``.advantages`` and
   ``.metrics``): the estimator returns one, with the metrics in it;
 - today's ``async_grpo_train`` reads the informal ``last_metrics`` attribute;
-- today's ``grpo_train`` and ``grpo_train_sync`` read neither: the returned tensor carries the
-  metrics (:data:`STEP_METRICS_ATTRIBUTE`) to ``_log_mixed_rewards_and_advantages_information``,
-  which NeMo-RL calls next with that very tensor, and whose hook adds them
-  (:mod:`nemo_mmpo.nemo_rl.hooks`).
+- today's ``grpo_train`` and ``grpo_train_sync`` read neither: they call
+  ``_log_mixed_rewards_and_advantages_information`` right after ``compute_advantage``, and its
+  hook (:mod:`nemo_mmpo.nemo_rl.hooks`) takes the metrics from the estimator the factory hook
+  built (:meth:`MMPOAdvantageEstimator.take_step_metrics`), once.
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
 )
 from nemo_mmpo.nemo_rl.names import ESTIMATOR_METRICS
 from nemo_mmpo.settings import report_unread
-
-#: Attribute of the returned advantages that holds the step's metrics (today's trainers).
-STEP_METRICS_ATTRIBUTE = "nemo_mmpo_step_metrics"
 
 
 def advantage_result_type() -> type | None:
@@ -73,6 +70,7 @@ class MMPOAdvantageEstimator:
         self.objective = self.settings.objective
         self.last_metrics: dict[str, float] = {}
         self.result_type = advantage_result_type()
+        self._untaken_metrics: dict[str, float] = {}
 
     def compute_advantage(
         self,
@@ -112,8 +110,14 @@ class MMPOAdvantageEstimator:
             return self.result_type(
                 advantages=token_advantages, returns=None, metrics=dict(self.last_metrics)
             )
-        setattr(token_advantages, STEP_METRICS_ATTRIBUTE, dict(self.last_metrics))
+        self._untaken_metrics = dict(self.last_metrics)
         return token_advantages
+
+    def take_step_metrics(self) -> dict[str, float]:
+        """The last step's metrics for a trainer that reads neither an ``AdvantageResult`` nor
+        ``last_metrics``; empty once taken, and when they travelled in the result."""
+        metrics, self._untaken_metrics = self._untaken_metrics, {}
+        return metrics
 
     def _metrics(
         self, groups: RewardGroups, advantages: torch.Tensor, mask: torch.Tensor

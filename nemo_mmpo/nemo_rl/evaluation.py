@@ -28,6 +28,7 @@ from nemo_mmpo.eval.protocol import (
     load_problems,
     read_settings,
 )
+from nemo_mmpo.eval.verify import VerifierPool
 from nemo_mmpo.nemo_rl import sections
 
 
@@ -70,8 +71,6 @@ def validate_in_loop(
     policy_generation: Any, step: int, settings: EvaluationSettings
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """What NeMo-RL's ``validate`` returns: ``(metrics, timings)``."""
-    from nemo_mmpo.eval.verify import VerifierPool
-
     sampler = EngineSampler(policy_generation, settings, step)
     problems = load_problems(settings)
     with VerifierPool(num_workers=1) as pool:

@@ -10,8 +10,9 @@ wraps the name in each of those modules (:data:`HOOKED_MODULES`):
   ``grpo.adv_estimator.name`` is one of ours, NeMo-RL's own otherwise;
 - ``ClippedPGLossFn``: our loss when ``loss_fn.name`` is ``mmpo`` or ``dmpo``, NeMo-RL's
   otherwise;
-- ``_log_mixed_rewards_and_advantages_information``: also adds the step metrics our estimator
-  attached to the advantages it returned (the synchronous trainers ignore ``last_metrics``);
+- ``_log_mixed_rewards_and_advantages_information``: also adds the step metrics of the
+  estimator the factory hook built last (the synchronous trainers call it right after
+  ``compute_advantage``, and ignore ``last_metrics``);
 - ``_apply_configured_message_level_advantage_penalties`` (called by ``grpo_train`` and
   ``async_grpo_train`` with the training batch, after advantages and ``prev_logprobs``): with
   ``loss_fn.name: dmpo``, also adds DMPO's per-response penalty terms to the batch and the
@@ -22,8 +23,9 @@ wraps the name in each of those modules (:data:`HOOKED_MODULES`):
 
 It also puts this package on ``PYTHONPATH`` for NeMo-RL's Ray workers, which unpickle our loss.
 Idempotent; raises with the installed NeMo-RL version if a hook point has moved. The wrappers
-read the arguments they need by name (bound to the original's signature), and share no state:
-what the logging hook adds travels on the advantages tensor NeMo-RL hands it.
+read the arguments they need by name (bound to the original's signature); the one state they
+share is the estimator the factory hook built last (held weakly), whose metrics the logging
+hook takes.
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ import functools
 import importlib
 import inspect
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
+from nemo_mmpo.checkout import REPO_ROOT
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.advantage_estimator import STEP_METRICS_ATTRIBUTE, MMPOAdvantageEstimator
+from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
+from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
 
 SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
 HOOKED_MODULES = (
@@ -47,7 +52,9 @@ HOOKED_MODULES = (
     "nemo_rl.algorithms.single_controller_utils.setup",
 )
 MARK = "_nemo_mmpo_original"
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+#: The estimator the factory hook built last (None: NeMo-RL's own): where the logging hook
+#: reads the step's metrics.
+_built_estimator: weakref.ref[MMPOAdvantageEstimator] | None = None
 
 
 def _nemo_rl_version() -> str:
@@ -72,16 +79,24 @@ def _arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
+def built_estimator() -> MMPOAdvantageEstimator | None:
+    """The estimator NeMo-RL's factory built last, when it was ours (and is still alive)."""
+    return None if _built_estimator is None else _built_estimator()
+
+
 def _estimator_factory(original: Any) -> Any:
     @functools.wraps(original)
     def create_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
+        global _built_estimator
         master_config = _arguments(original, args, kwargs)["master_config"]
         estimator_config = sections.value(master_config, "grpo.adv_estimator")
+        _built_estimator = None
         if is_our_estimator(sections.value(estimator_config, "name")):
             estimator = MMPOAdvantageEstimator(
                 estimator_config, sections.value(master_config, "loss_fn")
             )
             print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
+            _built_estimator = weakref.ref(estimator)
             return estimator
         return original(*args, **kwargs)
 
@@ -90,7 +105,7 @@ def _estimator_factory(original: Any) -> Any:
 
 
 def _loss_factory(original: type) -> Any:
-    from nemo_mmpo.nemo_rl.loss import build_loss
+    from nemo_mmpo.nemo_rl.loss import build_loss  # imports nemo_rl: only once NeMo-RL is hooked
 
     @functools.wraps(original, updated=())
     def clipped_pg_loss(cfg: Any, *args: Any, **kwargs: Any) -> Any:
@@ -104,9 +119,9 @@ def _metrics_logger(original: Any) -> Any:
     @functools.wraps(original)
     def log_rewards_and_advantages(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        arguments = _arguments(original, args, kwargs)
-        step_metrics = getattr(arguments.get("advantages"), STEP_METRICS_ATTRIBUTE, None)
-        metrics = arguments.get("metrics")
+        estimator = built_estimator()
+        step_metrics = estimator.take_step_metrics() if estimator is not None else {}
+        metrics = _arguments(original, args, kwargs).get("metrics")
         if isinstance(metrics, dict) and step_metrics:
             # NeMo-RL sums each list-valued step metric over micro-batches and prints
             # "Skipping aggregation" for scalars: a one-element list aggregates to the value.
@@ -138,8 +153,6 @@ def _batch_penalties(original: Any) -> Any:
 def _validation(original: Any) -> Any:
     @functools.wraps(original)
     def validate(*args: Any, **kwargs: Any) -> Any:
-        from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
-
         arguments = _arguments(original, args, kwargs)
         settings = in_loop_settings(arguments["master_config"])
         if settings is None:
@@ -183,13 +196,13 @@ def _import(name: str, required: bool) -> Any:
 
 def worker_pythonpath() -> str:
     """The directory that makes ``import nemo_mmpo`` work in NeMo-RL's Ray workers."""
-    if PACKAGE_ROOT.name not in ("site-packages", "dist-packages"):
-        return str(PACKAGE_ROOT)  # a source checkout: its root holds nemo_mmpo/ and nothing else
+    if REPO_ROOT.name not in ("site-packages", "dist-packages"):
+        return str(REPO_ROOT)  # a source checkout: its root holds nemo_mmpo/ and nothing else
     # Installed into an environment: expose only our package, not the driver's site-packages.
     link_dir = Path(os.environ.get("NEMO_MMPO_WORKER_PATH", Path.home() / ".cache/nemo-mmpo/path"))
     link_dir.mkdir(parents=True, exist_ok=True)
     link = link_dir / "nemo_mmpo"
-    target = PACKAGE_ROOT / "nemo_mmpo"
+    target = REPO_ROOT / "nemo_mmpo"
     if not (link.is_symlink() and link.resolve() == target):
         if link.is_symlink():
             link.unlink()

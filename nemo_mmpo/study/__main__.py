@@ -19,6 +19,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from nemo_mmpo.errors import handle
 from nemo_mmpo.study.methods import ABLATIONS, ALL_METHODS
 
 
@@ -100,6 +101,4 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.study")
 
 
 if __name__ == "__main__":
-    from nemo_mmpo.cli import handle
-
     sys.exit(handle(main, None, "python -m nemo_mmpo.study"))

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from nemo_mmpo.cpu.curves import plot_reward_bands
+from nemo_mmpo.eval.metrics import lorenz_curve
 from nemo_mmpo.io import finish_figure, pyplot
 from nemo_mmpo.study.methods import ALL_METHODS
 
@@ -32,9 +34,6 @@ def _colours(count: int) -> list[Any]:
 
 
 def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> list[str]:
-    from nemo_mmpo.cpu.curves import plot_reward_bands
-    from nemo_mmpo.eval.metrics import lorenz_curve
-
     methods = list(numbers["methods"])
     logs = {
         ALL_METHODS[name].label: [

@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 from nemo_mmpo.cpu.console import ProgressLogger
 from nemo_mmpo.cpu.node_watch import NodeDiedError, TrainingStalledError, watch_nodes
-from nemo_mmpo.launch.checkout import ASYNC_RESUME_FIX, async_resume_can_stall
+from nemo_mmpo.nemo_rl.versions import ASYNC_RESUME_FIX, async_resume_can_stall
 
 HEAD = {"NodeID": "a" * 56, "NodeManagerAddress": "10.0.0.1", "Alive": True, "Resources": {}}
 WORKER = {

@@ -42,8 +42,8 @@ grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 from nemo_mmpo.cpu import driver
 from nemo_mmpo.cpu.generation import SeparateCPUGeneration
 from nemo_mmpo.cpu.policy import CPUPolicy
-from nemo_mmpo.launch.checkout import async_resume_can_stall
-from nemo_mmpo.launch.loader import load
+from nemo_mmpo.nemo_rl.versions import async_resume_can_stall
+from nemo_mmpo.recipes import load
 
 ROOT = CONFIGS_DIR.parents[1]
 RAY = Path(sys.executable).with_name("ray")  # the CLI of the Ray this interpreter imports

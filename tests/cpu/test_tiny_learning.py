@@ -26,7 +26,7 @@ from nemo_mmpo.cpu.measure import expected_success
 from nemo_mmpo.cpu.model import char_tokenizer
 from nemo_mmpo.cpu.rig_settings import TinySettings
 from nemo_mmpo.cpu.task import AdditionTask
-from nemo_mmpo.launch.loader import load
+from nemo_mmpo.recipes import load
 
 #: The smallest gain at step 50 over the spread's 13 runs, on the first 512 training problems.
 SMALLEST_SPREAD_GAIN = 0.014

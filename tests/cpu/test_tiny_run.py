@@ -28,8 +28,8 @@ from nemo_mmpo.cpu.curves import reward_curve
 from nemo_mmpo.cpu.generation import SeparateCPUGeneration
 from nemo_mmpo.cpu.policy import CPUPolicy
 from nemo_mmpo.cpu.sampling import token_logprobs
-from nemo_mmpo.launch.loader import load
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator
+from nemo_mmpo.recipes import load
 
 
 @pytest.fixture

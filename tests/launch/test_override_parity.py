@@ -4,7 +4,7 @@ For each form the reference is NeMo-RL's own path (``load_config``, ``parse_hydr
 ``OmegaConf.to_container(resolve=True)`` with its resolvers, as ``run_grpo.py`` runs them),
 and nemo-mmpo must find the same resolved config or refuse where NeMo-RL refuses:
 
-- through :func:`nemo_mmpo.launch.loader.load` as it runs here (NeMo-RL's loader, imported on
+- through :func:`nemo_mmpo.recipes.load` as it runs here (NeMo-RL's loader, imported on
   the NeMo-RL suite, read from the checkout on the 3.11 suite where ``nemo_rl`` is not
   importable, as on a login node);
 - through its no-checkout fallback (OmegaConf merges and Hydra's override parser driven by
@@ -27,8 +27,8 @@ import pytest
 import yaml
 from nemo_rl_support import nemo_rl_checkout
 
+from nemo_mmpo import recipes as loader
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.launch import loader
 
 pytestmark = pytest.mark.nemo_rl
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def reference(overrides: list[str]) -> dict | str:
     """NeMo-RL's path, as its ``run_grpo.py`` runs it: the resolved config, or "refused"."""
     from omegaconf import OmegaConf
 
-    from nemo_mmpo.launch.checkout import link_nemo_rl_configs
+    from nemo_mmpo.checkout import link_nemo_rl_configs
 
     checkout = nemo_rl_checkout()
     link_nemo_rl_configs(checkout)  # the bases of this checkout (another run may have re-linked)

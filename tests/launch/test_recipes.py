@@ -15,9 +15,9 @@ import pytest
 from nemo_rl_support import nemo_rl_checkout
 
 from nemo_mmpo import MMPOInputError
-from nemo_mmpo.launch.loader import load
 from nemo_mmpo.launch.plan import describe
 from nemo_mmpo.launch.rules import check
+from nemo_mmpo.recipes import load
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
@@ -190,8 +190,8 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl_code(tmp_path, mo
     OmegaConf fallback merges bases as NeMo-RL does (``_override_``, interpolations)."""
     import shutil
 
-    from nemo_mmpo.launch import checkout as checkout_module
-    from nemo_mmpo.launch.checkout import LINK_NAME, find_nemo_rl_root, link_nemo_rl_configs
+    from nemo_mmpo import checkout as checkout_module
+    from nemo_mmpo.checkout import LINK_NAME, find_nemo_rl_root, link_nemo_rl_configs
 
     checkout = tmp_path / "RL"
     (checkout / "examples" / "configs").mkdir(parents=True)
@@ -239,7 +239,7 @@ def test_a_recipe_whose_base_is_missing_is_refused_not_half_validated(tmp_path, 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("defaults: nemo_rl/grpo_math_1B.yaml\ngrpo:\n  num_prompts_per_step: 4\n")
     monkeypatch.delenv("NEMO_RL_PATH", raising=False)
-    monkeypatch.setattr("nemo_mmpo.launch.loader.find_nemo_rl_root", lambda: None)
+    monkeypatch.setattr("nemo_mmpo.recipes.find_nemo_rl_root", lambda: None)
     with pytest.raises(MMPOInputError, match="set NEMO_RL_PATH to a NeMo-RL checkout"):
         load(recipe)
 
@@ -431,7 +431,7 @@ def test_fused_packing_with_padded_rows_is_refused_on_nemo_rl_v0_7_0(padding, ch
     """The checkout's fused packed loss is v0.7.0's (``fused_packing_overruns_rows``; the
     NeMo-RL suite's ``test_parallel_loss.py`` shows it crashes exactly when this holds), so
     fuse_loss with a padded packed row is refused, naming the keys and the fix."""
-    from nemo_mmpo.launch.checkout import fused_packing_overruns_rows
+    from nemo_mmpo.nemo_rl.versions import fused_packing_overruns_rows
 
     overrides, key = PADDED_ROWS[padding]
     errors = fused_packing_errors([FUSE_LOSS, *overrides])
@@ -463,7 +463,7 @@ def test_fused_packing_without_padded_rows_passes(overrides):
 def test_fused_packing_passes_on_a_nemo_rl_that_clamps_the_copy(monkeypatch):
     """Main's ``_pack_input_ids`` clamps the copy: the same settings pass there."""
     monkeypatch.setattr(
-        "nemo_mmpo.launch.checkout.fused_packing_overruns_rows", lambda nemo_rl_root: False
+        "nemo_mmpo.nemo_rl.versions.fused_packing_overruns_rows", lambda nemo_rl_root: False
     )
     assert fused_packing_errors([FUSE_LOSS, *PADDED_ROWS["pipeline"][0]]) == []
 
@@ -473,7 +473,7 @@ def test_the_v0_7_0_checkout_is_recognised_by_its_code(checkout):
     ``package_info.py`` says 0.6.0)."""
     import re
 
-    from nemo_mmpo.launch.checkout import fused_packing_overruns_rows
+    from nemo_mmpo.nemo_rl.versions import fused_packing_overruns_rows
 
     info = (checkout / "nemo_rl" / "package_info.py").read_text(encoding="utf-8")
     version = ".".join(
@@ -494,7 +494,7 @@ def test_async_resume_stall_is_read_from_the_code_of_each_snapshot(tmp_path):
     one to be claimed (NVIDIA-NeMo/RL#3066); main waits. Read from each shipped snapshot."""
     import tarfile
 
-    from nemo_mmpo.launch.checkout import async_resume_can_stall
+    from nemo_mmpo.nemo_rl.versions import async_resume_can_stall
 
     snapshots = sorted((ROOT.parent / "shared" / "nemo-rl").glob("nemo-rl-*.tar.gz"))
     if not snapshots:
@@ -514,7 +514,7 @@ def test_async_resume_stall_is_read_from_the_code_of_each_snapshot(tmp_path):
 
 
 def test_async_recipes_warn_about_resume_on_a_nemo_rl_that_can_stall(checkout):
-    from nemo_mmpo.launch.checkout import async_resume_can_stall
+    from nemo_mmpo.nemo_rl.versions import async_resume_can_stall
 
     for recipe in ("mmpo_math_qwen3_4b_async.yaml", "mmpo_tiny_cpu_async.yaml"):
         warnings = async_resume_warnings(recipe)
@@ -535,7 +535,7 @@ def test_async_validation_at_start_is_warned_about_where_it_can_stall(checkout):
     """NeMo-RL's step-0 validation pauses the collector while step 0 finishes; on a NeMo-RL
     without the wait for step 1 (v0.7.0) the first step can then wait forever. The GPU async
     recipe does not validate at start; the CPU rig validates before NeMo-RL's loop."""
-    from nemo_mmpo.launch.checkout import async_resume_can_stall
+    from nemo_mmpo.nemo_rl.versions import async_resume_can_stall
 
     gpu = "mmpo_math_qwen3_4b_async.yaml"
     assert validation_at_start_warnings(gpu) == []  # val_at_start: false

@@ -16,10 +16,10 @@ from nemo_rl_support import nemo_rl_checkout
 
 from nemo_mmpo import MMPOInputError, compute_advantages, moment_objective, settings
 from nemo_mmpo.estimators import _REGISTRY, GroupSizeNeed, register_estimator
-from nemo_mmpo.launch.loader import load
 from nemo_mmpo.launch.rules import check
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.estimator_settings import unread_estimator_settings
+from nemo_mmpo.recipes import load
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY_POINT = ROOT / "examples" / "run_mmpo_math.py"

@@ -21,7 +21,7 @@ batched_module = import_nemo_rl("nemo_rl.distributed.batched_data_dict")
 config_module = import_nemo_rl("nemo_rl.utils.config")
 
 from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows, moment_objective
-from nemo_mmpo.launch.checkout import find_nemo_rl_root, link_nemo_rl_configs
+from nemo_mmpo.checkout import find_nemo_rl_root, link_nemo_rl_configs
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -168,7 +168,7 @@ def test_eval_extra_is_co_installable_with_nemo_rl_lock():
 
     import tomllib
 
-    from nemo_mmpo.launch.checkout import find_nemo_rl_root
+    from nemo_mmpo.checkout import find_nemo_rl_root
 
     lock = (find_nemo_rl_root() / "uv.lock").read_text()
     locked = re.search(r'name = "antlr4-python3-runtime"\nversion = "([^"]+)"', lock).group(1)

@@ -46,10 +46,10 @@ from parallel_loss_ranks import PLACE_KEY, token_places
 from test_dmpo_nemo_rl import training_batch
 
 from nemo_mmpo import compute_advantages
-from nemo_mmpo.launch.checkout import fused_packing_overruns_rows
 from nemo_mmpo.nemo_rl import install
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import attach_penalty_terms, read_dmpo_settings
 from nemo_mmpo.nemo_rl.loss import DMPOLossFn, MMPOClippedPGLossFn
+from nemo_mmpo.nemo_rl.versions import fused_packing_overruns_rows
 
 TESTS = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-6

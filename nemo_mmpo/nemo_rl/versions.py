@@ -1,58 +1,14 @@
-"""Where NeMo-RL is, and the link that lets our recipes inherit its configs.
+"""What differs between NeMo-RL versions, read from a checkout's code rather than its version.
 
-Our recipes say ``defaults: nemo_rl/<file>.yaml``, a path relative to ``examples/configs``,
-where :func:`link_nemo_rl_configs` keeps a symbolic link ``nemo_rl -> <NeMo-RL checkout>/
-examples/configs``. NeMo-RL's own loader then resolves them unchanged.
+A NeMo-RL checkout's ``package_info.py`` does not say which fixes it has (main says 0.6.0), so
+each fact parses the relevant function with :mod:`ast`. ``--dry-run``'s rules and the CPU
+driver read them; nothing here imports ``nemo_rl``.
 """
 
 from __future__ import annotations
 
-import os
+import ast
 from pathlib import Path
-
-from nemo_mmpo.errors import MMPOInputError
-
-#: NeMo-RL's checkout inside its container.
-CONTAINER_NEMO_RL = Path("/opt/nemo-rl")
-LINK_NAME = "nemo_rl"
-#: This checkout's root and recipes (their ``defaults`` name ``nemo_rl/<file>.yaml``).
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIGS_DIR = REPO_ROOT / "examples" / "configs"
-
-
-def find_nemo_rl_root() -> Path | None:
-    """NeMo-RL's checkout: ``$NEMO_RL_PATH``, the imported ``nemo_rl``'s, or the container's."""
-    candidates = []
-    if os.environ.get("NEMO_RL_PATH"):
-        candidates.append(Path(os.environ["NEMO_RL_PATH"]))
-    try:
-        import nemo_rl
-
-        candidates.append(Path(nemo_rl.__file__).resolve().parent.parent)
-    except ImportError:
-        pass
-    candidates.append(CONTAINER_NEMO_RL)
-    for candidate in candidates:
-        if (candidate / "examples" / "configs").is_dir() and (candidate / "nemo_rl").is_dir():
-            return candidate.resolve()
-    return None
-
-
-def link_nemo_rl_configs(nemo_rl_root: Path, configs_dir: Path = CONFIGS_DIR) -> Path:
-    """Point ``configs_dir/nemo_rl`` at ``nemo_rl_root/examples/configs`` (idempotent)."""
-    link = configs_dir / LINK_NAME
-    target = (nemo_rl_root / "examples" / "configs").resolve()
-    if link.is_symlink() and link.resolve() == target:
-        return link
-    if link.is_symlink():
-        link.unlink()
-    elif link.exists():
-        raise MMPOInputError(
-            f"{link} exists and is not a link; remove it so nemo-mmpo can link NeMo-RL's configs"
-        )
-    link.symlink_to(target, target_is_directory=True)
-    return link
-
 
 #: The statement of NeMo-RL v0.7.0's fused packed loss that overruns a row (see below).
 _UNCLAMPED_COPY = "input_ids[i, :actual_len]"
@@ -70,8 +26,6 @@ def fused_packing_overruns_rows(nemo_rl_root: Path) -> bool:
     NeMo-RL v0.7.0. Main clamps the copy to the row. The code is read, not the version
     (main's ``package_info.py`` says 0.6.0); a checkout without the function has no fused loss.
     """
-    import ast
-
     source = nemo_rl_root / "nemo_rl" / "algorithms" / "loss" / "utils.py"
     if not source.is_file():
         return False
@@ -101,8 +55,6 @@ def async_resume_can_stall(nemo_rl_root: Path) -> bool:
     ``async_grpo_train`` checks the next step's batch (``has_complete_batch`` of ``step + 1``)
     before training has the fix.
     """
-    import ast
-
     source = nemo_rl_root / "nemo_rl" / "algorithms" / "grpo.py"
     if not source.is_file():
         return False
@@ -116,3 +68,14 @@ def async_resume_can_stall(nemo_rl_root: Path) -> bool:
                 for call in ast.walk(node)
             )
     return False
+
+
+def async_batches_needed(max_num_steps: int) -> int:
+    """Dataloader batches NeMo-RL's async trainer needs for ``max_num_steps`` steps.
+
+    It reads the training dataloader once (``grpo.max_num_epochs`` does not apply), and its
+    trajectory collector needs one batch beyond the last step: when the dataloader ends it
+    stops and drops the generation in flight. Short of that, v0.7.0 waits forever for the last
+    step's trajectories and main stops with an error.
+    """
+    return max_num_steps + 1

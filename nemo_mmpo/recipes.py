@@ -25,8 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from nemo_mmpo.checkout import CONFIGS_DIR, find_nemo_rl_root, link_nemo_rl_configs
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.launch.checkout import CONFIGS_DIR, find_nemo_rl_root, link_nemo_rl_configs
 
 LAUNCH_EXTRA = (
     "hydra-core 1.3, omegaconf 2.3 and antlr4-python3-runtime 4.9.3 (NeMo-RL's lock): "
