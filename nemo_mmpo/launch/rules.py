@@ -335,17 +335,22 @@ def fused_sequence_packing(config: dict[str, Any], findings: Findings) -> None:
 def unread_settings(config: dict[str, Any], findings: Findings) -> None:
     """Settings that validate but that nothing reads in this configuration (warned, naming who
     reads them): estimator options of another estimator, DMPO's keys under another loss, the
-    keys of a disabled ``evaluation`` or ``cpu_backend`` section, async-only CPU settings."""
+    keys of a disabled ``evaluation`` or ``cpu_backend`` section, async-only CPU settings.
+    A section that does not validate is left to its own rule, which names the error once."""
     estimator = value(config, "grpo.adv_estimator") or {}
+    asynchronous = bool(value(config, "grpo.async_grpo.enabled", False))
+    reports = [
+        lambda: unread_dmpo_settings(value(config, "loss_fn")),
+        lambda: unread_evaluation_settings(value(config, "evaluation")),
+        lambda: unread_cpu_settings(value(config, "cpu_backend"), asynchronous),
+    ]
     if is_our_estimator(estimator.get("name")):
-        findings.warnings.extend(unread_estimator_settings(estimator))
-    findings.warnings.extend(unread_dmpo_settings(value(config, "loss_fn")))
-    findings.warnings.extend(unread_evaluation_settings(value(config, "evaluation")))
-    findings.warnings.extend(
-        unread_cpu_settings(
-            value(config, "cpu_backend"), bool(value(config, "grpo.async_grpo.enabled", False))
-        )
-    )
+        reports.insert(0, lambda: unread_estimator_settings(estimator))
+    for report in reports:
+        try:
+            findings.warnings.extend(report())
+        except MMPOInputError:
+            continue
 
 
 @rule

@@ -213,3 +213,9 @@ def test_a_new_estimators_group_size_need_reaches_the_run_and_the_dry_run():
         ), findings.errors
     finally:
         _REGISTRY.pop("needs_more_than_order_for_test")
+
+
+def test_a_section_that_does_not_validate_is_named_once_by_its_own_rule():
+    config = load(RECIPES / "mmpo_math_qwen3_1.7b.yaml", ["+grpo.adv_estimator.trunc_order=3"])
+    errors = check(config.config).errors
+    assert sum("trunc_order=3 is not a setting" in error for error in errors) == 1, errors
