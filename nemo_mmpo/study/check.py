@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.io import markdown_table, write_text_atomic
 from nemo_mmpo.study.claims import family_verdicts, raw_verdict
 from nemo_mmpo.study.comparison import display_scale, format_difference
 from nemo_mmpo.study.methods import ALL_METHODS, PROPOSED
@@ -206,52 +206,71 @@ def check_markdown(result: dict[str, Any], reference: str, check: str) -> str:
         "",
         "## The claims' comparisons, after Holm",
         "",
-        "| checkpoint | claim | comparison | metric | reference [raw interval] "
-        "| reference: raw, after Holm | check | check: raw, after Holm |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    claims = []
     for row in result["claims"]:
         scale, digits = display_scale(row["metric"])
-        lines.append(
-            f"| {row['checkpoint']} | {row['claim']} | {row['comparison']} | {row['metric']} "
-            f"| {format_difference(row, scale, digits)} "
-            f"| {row['reference_raw_verdict']}, {row['reference_verdict']} "
-            f"| {scale * row['check']:+.{digits}f} "
-            f"| {row['check_raw_verdict']}, {row['check_verdict']} |"
+        claims.append(
+            [
+                row["checkpoint"],
+                row["claim"],
+                row["comparison"],
+                row["metric"],
+                format_difference(row, scale, digits),
+                f"{row['reference_raw_verdict']}, {row['reference_verdict']}",
+                f"{scale * row['check']:+.{digits}f}",
+                f"{row['check_raw_verdict']}, {row['check_verdict']}",
+            ]
         )
-    lines += [
-        "",
-        "## Paired differences whose raw verdict changed",
-        "",
-        "| checkpoint | difference | metric | reference [interval] | reference verdict "
-        "| check | check verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines += markdown_table(
+        [
+            "checkpoint",
+            "claim",
+            "comparison",
+            "metric",
+            "reference [raw interval]",
+            "reference: raw, after Holm",
+            "check",
+            "check: raw, after Holm",
+        ],
+        claims,
+    )
+    changed, outside = [], []
     for row in result["rows"]:
-        if "reference_verdict" not in row or row["reference_verdict"] == row["check_verdict"]:
-            continue
         scale, digits = display_scale(row["metric"])
-        lines.append(
-            f"| {row['checkpoint']} | {_label(row)} | {row['metric']} | "
-            f"{format_difference(_reference(row), scale, digits)} | {row['reference_verdict']} "
-            f"| {scale * row['check']:+.{digits}f} | {row['check_verdict']} |"
-        )
-    lines += [
-        "",
-        "## Means outside the reference's interval",
-        "",
-        "| checkpoint | number | metric | reference [interval] | check |",
-        "|---|---|---|---|---|",
-    ]
-    for row in result["rows"]:
-        if row["inside"]:
-            continue
-        scale, digits = display_scale(row["metric"])
-        lines.append(
-            f"| {row['checkpoint']} | {_label(row)} | {row['metric']} | "
-            f"{format_difference(_reference(row), scale, digits)} | "
-            f"{scale * row['check']:+.{digits}f} |"
-        )
+        reference = format_difference(_reference(row), scale, digits)
+        check = f"{scale * row['check']:+.{digits}f}"
+        if "reference_verdict" in row and row["reference_verdict"] != row["check_verdict"]:
+            changed.append(
+                [
+                    row["checkpoint"],
+                    _label(row),
+                    row["metric"],
+                    reference,
+                    row["reference_verdict"],
+                    check,
+                    row["check_verdict"],
+                ]
+            )
+        if not row["inside"]:
+            outside.append([row["checkpoint"], _label(row), row["metric"], reference, check])
+    lines += ["", "## Paired differences whose raw verdict changed", ""]
+    lines += markdown_table(
+        [
+            "checkpoint",
+            "difference",
+            "metric",
+            "reference [interval]",
+            "reference verdict",
+            "check",
+            "check verdict",
+        ],
+        changed,
+    )
+    lines += ["", "## Means outside the reference's interval", ""]
+    lines += markdown_table(
+        ["checkpoint", "number", "metric", "reference [interval]", "check"], outside
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -42,7 +42,7 @@ from nemo_mmpo.eval.metrics import (
 from nemo_mmpo.eval.protocol import read_steps
 from nemo_mmpo.eval.report import ALPHAS
 from nemo_mmpo.eval.rollouts import load_run
-from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.io import markdown_table, write_text_atomic
 from nemo_mmpo.study.claims import claim_summary, family_verdicts
 from nemo_mmpo.study.figures import figures
 from nemo_mmpo.study.intervals import interval, paired_interval, t_975
@@ -230,40 +230,40 @@ def _tables(numbers: dict[str, Any], title: str) -> list[str]:
         "Accuracy (avg@n, %) per difficulty stratum, mean ± 95% interval over seeds:",
         "",
     ]
-    lines.append("| method | seeds | " + " | ".join(strata) + " | average |")
-    lines.append("|---" * (len(strata) + 3) + "|")
-    for name, row in methods.items():
-        cells = [_cell(row["accuracy"][stratum]) for stratum in strata]
-        lines.append(
-            f"| {ALL_METHODS[name].label} | {len(row['seeds'])} | "
-            + " | ".join(cells)
-            + f" | {_cell(row['average'])} |"
-        )
+    lines += markdown_table(
+        ["method", "seeds", *strata, "average"],
+        (
+            [
+                ALL_METHODS[name].label,
+                len(row["seeds"]),
+                *(_cell(row["accuracy"][stratum]) for stratum in strata),
+                _cell(row["average"]),
+            ]
+            for name, row in methods.items()
+        ),
+    )
     keys = list(next(iter(methods.values()))["pass_at_k"])
-    lines += [
-        "",
-        "pass@k (%):",
-        "",
-        "| method | " + " | ".join(keys) + " | never solved (of the held-out problems) |",
-    ]
-    lines.append("|---" * (len(keys) + 2) + "|")
-    for name, row in methods.items():
-        cells = [_cell(row["pass_at_k"][key]) for key in keys]
-        lines.append(
-            f"| {ALL_METHODS[name].label} | "
-            + " | ".join(cells)
-            + f" | {_cell(row['never_solved'], 1.0)} |"
-        )
+    lines += ["", "pass@k (%):", ""]
+    lines += markdown_table(
+        ["method", *keys, "never solved (of the held-out problems)"],
+        (
+            [
+                ALL_METHODS[name].label,
+                *(_cell(row["pass_at_k"][key]) for key in keys),
+                _cell(row["never_solved"], 1.0),
+            ]
+            for name, row in methods.items()
+        ),
+    )
     alphas = list(next(iter(methods.values()))["gini"])
     lines += ["", "Gini of per-problem success (lower: more even), by the filter alpha:", ""]
-    lines.append("| method | " + " | ".join(f"α = {alpha}" for alpha in alphas) + " |")
-    lines.append("|---" * (len(alphas) + 1) + "|")
-    for name, row in methods.items():
-        lines.append(
-            f"| {ALL_METHODS[name].label} | "
-            + " | ".join(_cell(row["gini"][alpha], 1.0, 3) for alpha in alphas)
-            + " |"
-        )
+    lines += markdown_table(
+        ["method", *(f"α = {alpha}" for alpha in alphas)],
+        (
+            [ALL_METHODS[name].label, *(_cell(row["gini"][alpha], 1.0, 3) for alpha in alphas)]
+            for name, row in methods.items()
+        ),
+    )
     for key, heading in (
         (
             "paired_difference_from_grpo",
@@ -299,23 +299,29 @@ def _claims_table(rows: list[dict[str, Any]]) -> list[str]:
         "(family-wise error 5%; resolved when the Holm-adjusted paired t-test p-value is "
         "below 0.05 and the raw interval excludes zero):",
         "",
-        "| claim | the claim after Holm | comparison | metric "
-        "| difference [raw 95% interval] | raw verdict | p (Holm-adjusted) | after Holm |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    table = []
     for claim in dict.fromkeys(row["claim"] for row in rows):
         of_claim = [row for row in rows if row["claim"] == claim]
         summary = claim_summary(of_claim)
         for index, row in enumerate(of_claim):
             scale, digits = display_scale(row["metric"])
             p_values = "-" if row["p"] is None else f"{row['p']:.3f} ({row['p_holm']:.3f})"
-            lines.append(
-                f"| {claim if index == 0 else ''} | {summary if index == 0 else ''} "
-                f"| {row['comparison']} (n = {row['n']}) | {row['metric']} "
-                f"| {format_difference(row, scale, digits)} | {row['raw_verdict']} "
-                f"| {p_values} | {row['verdict']} |"
+            table.append(
+                [
+                    claim if index == 0 else "",
+                    summary if index == 0 else "",
+                    f"{row['comparison']} (n = {row['n']})",
+                    row["metric"],
+                    format_difference(row, scale, digits),
+                    row["raw_verdict"],
+                    p_values,
+                    row["verdict"],
+                ]
             )
-    return lines
+    header = ["claim", "the claim after Holm", "comparison", "metric"]
+    header += ["difference [raw 95% interval]", "raw verdict", "p (Holm-adjusted)", "after Holm"]
+    return lines + markdown_table(header, table)
 
 
 def seeds_note(count: int) -> list[str]:
@@ -356,11 +362,14 @@ def seeds_note(count: int) -> list[str]:
 def _paired_table(paired: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     keys = list(next(iter(paired.values())))
     header = [key.replace("gini@", "Gini α = ").replace("_", " ") for key in keys]
-    lines = ["| method | " + " | ".join(header) + " |", "|---" * (len(keys) + 1) + "|"]
-    for name, row in paired.items():
-        cells = [format_difference(row[key], *display_scale(key)) for key in keys]
-        lines.append(f"| {ALL_METHODS[name].label} | " + " | ".join(cells) + " |")
-    return lines
+    return markdown_table(
+        ["method", *header],
+        (
+            [ALL_METHODS[name].label]
+            + [format_difference(row[key], *display_scale(key)) for key in keys]
+            for name, row in paired.items()
+        ),
+    )
 
 
 def display_scale(metric: str) -> tuple[float, int]:
