@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
 from nemo_mmpo.data import VALIDATION_BENCHMARKS, load_benchmark
@@ -175,13 +176,7 @@ def _grading_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") -> int:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+def _add_report(commands: Any) -> None:
     report_parser = commands.add_parser(
         "report", help="rollout files -> summary.md, summary.json and figures (no GPU)"
     )
@@ -190,6 +185,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") 
     )
     report_parser.add_argument("--out", default="report", help="output directory")
     report_parser.set_defaults(function=report)
+
+
+def _add_generate(commands: Any) -> None:
     generate_parser = commands.add_parser(
         "generate", help="sample responses (vLLM or transformers), grade, append JSONL"
     )
@@ -221,11 +219,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") 
     )
     _grading_flags(generate_parser)
     generate_parser.set_defaults(function=generate)
+
+
+def _add_grade(commands: Any) -> None:
     grade_parser = commands.add_parser("grade", help="grade one answer")
     grade_parser.add_argument("--gold", required=True)
     grade_parser.add_argument("--prediction", required=True)
     _grading_flags(grade_parser)
     grade_parser.set_defaults(function=grade)
+
+
+def _add_watch(commands: Any) -> None:
     watch_parser = commands.add_parser(
         "watch",
         help="evaluate a run's checkpoints as they appear (the recipe's evaluation section)",
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") 
     )
     watch_parser.add_argument("--batch-size", type=int, default=64, help="hf: rows per generate")
     watch_parser.set_defaults(function=watch)
+
+
+def _add_summary_and_synthetic(commands: Any) -> None:
     summary_parser = commands.add_parser(
         "summary", help="a run's evaluations: the selected step, the final one, curves"
     )
@@ -255,6 +262,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") 
     synthetic_parser.add_argument("--out", default="runs/synthetic", help="output directory")
     synthetic_parser.add_argument("--scale", type=float, default=1.0, help="fraction of problems")
     synthetic_parser.set_defaults(function=synthetic)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_report, _add_generate, _add_grade, _add_watch, _add_summary_and_synthetic):
+        add(commands)
     args, extra = parser.parse_known_args(argv)
     if args.command == "watch":
         args.overrides = extra  # the recipe's Hydra overrides
