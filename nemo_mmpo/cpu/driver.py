@@ -221,13 +221,9 @@ def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
 
 
 def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> dict[str, Any]:
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
     install()  # before Ray starts: the estimator and loss hooks, the workers' path
     from nemo_rl.algorithms import grpo
-    from nemo_rl.data.collate_fn import rl_collate_fn
     from nemo_rl.data.utils import load_dataloader_state
-    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
     from nemo_rl.utils.checkpoint import CheckpointManager
     from nemo_rl.utils.logger import Logger
 
@@ -261,16 +257,7 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     if optimizer_path is not None:
         policy.load_optimizer(optimizer_path)
     asynchronous = bool((grpo_config.get("async_grpo") or {}).get("enabled"))
-    dataloader = StatefulDataLoader(
-        epochs_in_one_pass(records, grpo_config, settings.seed) if asynchronous else records,
-        batch_size=grpo_config["num_prompts_per_step"],
-        # sync: shuffled from the seeded global RNG, as NeMo-RL's setup() (an explicit
-        # generator is not restored by StatefulDataLoader at an epoch's end); async: the
-        # epochs are already shuffled into the one pass
-        shuffle=not asynchronous,
-        collate_fn=rl_collate_fn,
-        drop_last=True,
-    )
+    dataloader = _dataloader(records, grpo_config, settings.seed, asynchronous)
     if last is not None:  # resume as NeMo-RL's setup() does, with its own helper
         load_dataloader_state(dataloader, last, master["data"])
         if asynchronous:
@@ -293,25 +280,8 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
             "master_config": master_config,
         }
         if asynchronous:
-            if grpo_config["val_at_start"] and last is None:
-                _validate_before_async_loop(grpo, arguments)
-                arguments["master_config"] = grpo.MasterConfig(
-                    **dict(raw_config, grpo=dict(grpo_config, val_at_start=False))
-                )
-            age = grpo_config["async_grpo"]["max_trajectory_age_steps"]
-            stalled = _stall_check(arguments["logger"], settings.stall_timeout_s, grpo)
-            try:  # a Ray node lost, or a step never generated: an error, not an endless wait
-                with (
-                    collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM),
-                    watch_nodes(stalled=stalled),
-                ):
-                    grpo.async_grpo_train(
-                        dataloader=dataloader, max_trajectory_age_steps=age, **arguments
-                    )
-            except (NodeDiedError, TrainingStalledError) as error:
-                raise type(error)(f"{error}; {_resume_note(checkpointer)}") from None
-            if master["checkpointing"].get("enabled", True):
-                _check_async_run_finished(checkpointer, grpo_config["max_num_steps"])
+            resumed = last is not None
+            _train_async(grpo, dataloader, arguments, raw_config, master, settings, resumed)
         else:
             grpo.grpo_train(wrapped_dataloader=dataloader, **arguments)
     latest = checkpointer.get_latest_checkpoint_path()
@@ -322,6 +292,61 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     }
     note(json.dumps(summary))
     return summary
+
+
+def _dataloader(
+    records: list[Any], grpo_config: dict[str, Any], seed: int, asynchronous: bool
+) -> Any:
+    """The training dataloader as NeMo-RL's setup() builds it (batches of
+    ``num_prompts_per_step`` prompts)."""
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return StatefulDataLoader(
+        epochs_in_one_pass(records, grpo_config, seed) if asynchronous else records,
+        batch_size=grpo_config["num_prompts_per_step"],
+        # sync: shuffled from the seeded global RNG, as NeMo-RL's setup() (an explicit
+        # generator is not restored by StatefulDataLoader at an epoch's end); async: the
+        # epochs are already shuffled into the one pass
+        shuffle=not asynchronous,
+        collate_fn=rl_collate_fn,
+        drop_last=True,
+    )
+
+
+def _train_async(
+    grpo: Any,
+    dataloader: Any,
+    arguments: dict[str, Any],
+    raw_config: dict[str, Any],
+    master: dict[str, Any],
+    settings: TinySettings,
+    resumed: bool,
+) -> None:
+    """NeMo-RL's ``async_grpo_train``: the step-0 evaluation first (a fresh run), the collector
+    on this interpreter, the node and stall watch; a lost node or a stall is an error naming
+    where to resume, and a finished run must have its last checkpoint."""
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+
+    grpo_config = master["grpo"]
+    checkpointer = arguments["checkpointer"]
+    if grpo_config["val_at_start"] and not resumed:
+        _validate_before_async_loop(grpo, arguments)
+        arguments["master_config"] = grpo.MasterConfig(
+            **dict(raw_config, grpo=dict(grpo_config, val_at_start=False))
+        )
+    age = grpo_config["async_grpo"]["max_trajectory_age_steps"]
+    stalled = _stall_check(arguments["logger"], settings.stall_timeout_s, grpo)
+    try:  # a Ray node lost, or a step never generated: an error, not an endless wait
+        with (
+            collector_on_this_interpreter(PY_EXECUTABLES.SYSTEM),
+            watch_nodes(stalled=stalled),
+        ):
+            grpo.async_grpo_train(dataloader=dataloader, max_trajectory_age_steps=age, **arguments)
+    except (NodeDiedError, TrainingStalledError) as error:
+        raise type(error)(f"{error}; {_resume_note(checkpointer)}") from None
+    if master["checkpointing"].get("enabled", True):
+        _check_async_run_finished(checkpointer, grpo_config["max_num_steps"])
 
 
 @contextmanager

@@ -35,6 +35,22 @@ def _colours(count: int) -> list[Any]:
 
 def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> list[str]:
     methods = list(numbers["methods"])
+    _reward_figure(runs, methods, out)
+    paired = _pass_at_k_figures(numbers, methods, out)
+    _lorenz_figure(runs, methods, out)
+    _first_success_figure(numbers, methods, out)
+    return [
+        "![training reward](study_rewards.png)",
+        "![pass@k](study_pass_at_k.png)",
+        *(["![pass@k minus GRPO's](study_paired_pass_at_k.png)"] if paired else []),
+        "![Lorenz curves](study_lorenz.png)",
+        "![first success](study_first_success.png)",
+        "",
+    ]
+
+
+def _reward_figure(runs: list[dict[str, Any]], methods: list[str], out: Path) -> None:
+    """``study_rewards.png``: each method's training reward, mean and band over seeds."""
     logs = {
         ALL_METHODS[name].label: [
             str(Path(run["folder"]) / "logs") for run in runs if run["method"] == name
@@ -48,6 +64,11 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
         window=window,
         title="Training reward (mean over seeds, band: lowest to highest)",
     )
+
+
+def _pass_at_k_figures(numbers: dict[str, Any], methods: list[str], out: Path) -> bool:
+    """``study_pass_at_k.png`` and, when the study has paired differences,
+    ``study_paired_pass_at_k.png``; returns whether it drew the second."""
     series = []
     for name in methods:
         entries = numbers["methods"][name]["pass_at_k"]
@@ -62,25 +83,31 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
         title="pass@k at the selected checkpoint",
     )
     paired = numbers.get("paired_difference_from_grpo") or {}
-    if paired:  # the seeds' spread hides the differences the pairing resolves
-        series = []
-        for name, row in paired.items():
-            keys = [key for key in row if key.startswith("pass@")]
-            means = np.array([100 * row[key]["mean"] for key in keys])
-            lows = means - np.array([100 * _bound(row[key], "low") for key in keys])
-            highs = np.array([100 * _bound(row[key], "high") for key in keys]) - means
-            series.append((name, keys, means, [lows, highs]))
-        _pass_at_k_figure(
-            out / "study_paired_pass_at_k.png",
-            series,
-            methods,
-            ylabel="pass@k minus GRPO's (points)",
-            title="Paired difference from GRPO (95% interval over seeds)",
-            differences=True,
-        )
+    if not paired:
+        return False
+    series = []  # the seeds' spread hides the differences the pairing resolves
+    for name, row in paired.items():
+        keys = [key for key in row if key.startswith("pass@")]
+        means = np.array([100 * row[key]["mean"] for key in keys])
+        lows = means - np.array([100 * _bound(row[key], "low") for key in keys])
+        highs = np.array([100 * _bound(row[key], "high") for key in keys]) - means
+        series.append((name, keys, means, [lows, highs]))
+    _pass_at_k_figure(
+        out / "study_paired_pass_at_k.png",
+        series,
+        methods,
+        ylabel="pass@k minus GRPO's (points)",
+        title="Paired difference from GRPO (95% interval over seeds)",
+        differences=True,
+    )
+    return True
+
+
+def _lorenz_figure(runs: list[dict[str, Any]], methods: list[str], out: Path) -> None:
+    """``study_lorenz.png``: per-problem success averaged over seeds, the paper's alpha = 0.1."""
     figure, axis = pyplot().subplots(figsize=(4.6, 4.4))
     axis.plot([0, 1], [0, 1], color="grey", linestyle="--", label="equality")
-    for name in methods:  # per-problem success averaged over seeds, the paper's alpha = 0.1
+    for name in methods:
         of_method = [run["selected"]["success"] for run in runs if run["method"] == name]
         keys = sorted(set.intersection(*(set(values) for values in of_method)))
         mean = np.array([np.mean([values[key] for values in of_method]) for key in keys])
@@ -95,6 +122,10 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
         ylabel="cumulative share of success",
         title="Lorenz curves (alpha = 0.1, mean over seeds)",
     )
+
+
+def _first_success_figure(numbers: dict[str, Any], methods: list[str], out: Path) -> None:
+    """``study_first_success.png``: the first-success time's distribution per method."""
     figure, axis = pyplot().subplots(figsize=(6, 3.6))
     width = 0.8 / len(methods)
     for offset, name in enumerate(methods):
@@ -110,14 +141,6 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
         ylabel="share of problems",
         title="First-success time at the selected checkpoint",
     )
-    return [
-        "![training reward](study_rewards.png)",
-        "![pass@k](study_pass_at_k.png)",
-        *(["![pass@k minus GRPO's](study_paired_pass_at_k.png)"] if paired else []),
-        "![Lorenz curves](study_lorenz.png)",
-        "![first success](study_first_success.png)",
-        "",
-    ]
 
 
 def _bound(entry: dict, which: str) -> float:
