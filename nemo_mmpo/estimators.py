@@ -52,6 +52,7 @@ class RegisteredEstimator:
     function: Estimator
     objective: str
     group_size: GroupSizeRule | None
+    defaults: dict[str, Any]  # the options' defaults, read once (the check runs every call)
 
 
 _REGISTRY: dict[str, RegisteredEstimator] = {}
@@ -81,7 +82,13 @@ def register_estimator(
                 check_group_sizes(groups, need, name)
             return function(groups, objective, **options)
 
-        _REGISTRY[name] = RegisteredEstimator(checked, objective, group_size)
+        parameters = list(inspect.signature(function).parameters.values())[2:]
+        defaults = {
+            parameter.name: parameter.default
+            for parameter in parameters
+            if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+        }
+        _REGISTRY[name] = RegisteredEstimator(checked, objective, group_size, defaults)
         return checked
 
     return decorate
@@ -117,11 +124,10 @@ def group_size_need(
 ) -> GroupSizeNeed | None:
     """What ``name`` declared it needs of the group size for ``objective`` and ``options``
     (missing options take their defaults); None when it declared nothing."""
-    rule = _entry(name).group_size
-    if rule is None:
+    entry = _entry(name)
+    if entry.group_size is None:
         return None
-    defaults = {key: option.default for key, option in estimator_options(name).items()}
-    return rule(objective, {**defaults, **options})
+    return entry.group_size(objective, {**entry.defaults, **options})
 
 
 def _entry(name: str) -> RegisteredEstimator:
