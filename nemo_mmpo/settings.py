@@ -110,6 +110,17 @@ def assignments(section: str, values: dict[str, Any]) -> str:
     return ", ".join(f"{section}.{key}={value!r}" for key, value in values.items())
 
 
+def unread_when_disabled(model: type[Settings], values: Any, where: str, effect: str) -> list[str]:
+    """With ``where.enabled: false``, one message naming the section's other keys that are set
+    to a non-default value (nothing reads them; ``effect`` says what runs instead); else none."""
+    keys = [key for key in model.model_fields if key != "enabled"]
+    changed = changed_settings(model, values, keys)
+    if not changed:
+        return []
+    verb = "is" if len(changed) == 1 else "are"
+    return [f"{where}.enabled=false, so {assignments(where, changed)} {verb} not read; {effect}"]
+
+
 _REPORTED: set[str] = set()
 
 

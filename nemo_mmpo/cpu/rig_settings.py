@@ -22,7 +22,7 @@ from pydantic import Field
 from nemo_mmpo.cpu.model import ModelShape
 from nemo_mmpo.cpu.task import AdditionTask
 from nemo_mmpo.cpu.warm_start import Sampler, WarmStartSettings, WarmStartSpec
-from nemo_mmpo.settings import Settings, assignments, changed_settings, parse
+from nemo_mmpo.settings import Settings, changed_settings, parse, unread_when_disabled
 
 CPU_SECTION = "cpu_backend"
 
@@ -77,16 +77,8 @@ def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
         return []
     settings = TinySettings.from_config(section)
     if not settings.enabled:
-        keys = [key for key in TinySettings.model_fields if key != "enabled"]
-        changed = changed_settings(TinySettings, section, keys)
-        return (
-            [
-                f"cpu_backend.enabled=false, so {assignments(CPU_SECTION, changed)} "
-                f"{'is' if len(changed) == 1 else 'are'} not read (the run trains on GPUs "
-                "through NeMo-RL's workers)"
-            ]
-            if changed
-            else []
+        return unread_when_disabled(
+            TinySettings, section, CPU_SECTION, "the run trains on GPUs through NeMo-RL's workers"
         )
     if asynchronous:
         return []

@@ -43,7 +43,7 @@ from nemo_mmpo.eval.metrics import (
 )
 from nemo_mmpo.eval.rollouts import ProblemCounts, load_run
 from nemo_mmpo.io import write_text_atomic
-from nemo_mmpo.settings import Settings, assignments, changed_settings, parse
+from nemo_mmpo.settings import Settings, parse, unread_when_disabled
 
 #: Prefix of the evaluation's metrics in NeMo-RL's logger (under its ``validation/``).
 METRIC_PREFIX = "paper/"
@@ -101,15 +101,9 @@ def unread_evaluation_settings(section: Any) -> list[str]:
     loop nor ``nemo-mmpo eval watch``): one message naming those set to a non-default value."""
     if not section or read_settings(section).enabled:
         return []
-    keys = [key for key in EvaluationSettings.model_fields if key != "enabled"]
-    changed = changed_settings(EvaluationSettings, section, keys)
-    if not changed:
-        return []
-    return [
-        f"evaluation.enabled=false, so {assignments('evaluation', changed)} "
-        f"{'is' if len(changed) == 1 else 'are'} not read; set evaluation.enabled=true to "
-        "evaluate"
-    ]
+    return unread_when_disabled(
+        EvaluationSettings, section, "evaluation", "set evaluation.enabled=true to evaluate"
+    )
 
 
 def load_problems(settings: EvaluationSettings) -> list[dict[str, Any]]:
