@@ -60,6 +60,74 @@ def interrupt_main_thread() -> None:
         _thread.interrupt_main(signal.SIGINT)
 
 
+class _Watch:
+    """The state of one :func:`watch_nodes` block: the nodes watched, what failed, and the
+    thread that polls Ray's node table and ``stalled()``."""
+
+    def __init__(
+        self,
+        watched: dict[str, dict[str, Any]],
+        period: float,
+        stalled: Callable[[], str | None] | None,
+        cleanup_grace: float,
+    ) -> None:
+        self.watched = watched
+        self.period = period
+        self.stalled = stalled
+        self.cleanup_grace = cleanup_grace
+        self.lost: list[dict[str, Any]] = []
+        self.stall: list[str] = []
+        self.delivered: list[float] = []  # when the handler raised the interrupt
+        self.done = threading.Event()
+        self.previous = signal.getsignal(signal.SIGINT)
+
+    def failed(self) -> bool:
+        return bool(self.lost or self.stall)
+
+    def error(self) -> RuntimeError:
+        if self.lost:
+            names = "; ".join(describe(node) for node in self.lost)
+            return NodeDiedError(f"Ray node {names} died during training")
+        return TrainingStalledError(self.stall[0])
+
+    def on_interrupt(self, signum: int, frame: Any) -> None:
+        """The ``SIGINT`` handler for the block: our interrupt, or a real Ctrl-C."""
+        if self.failed() and self.done.is_set():
+            return  # a late interrupt: the block is ending, and raises the error itself
+        if self.failed():
+            self.delivered.append(time.monotonic())
+            raise WatchInterrupt(str(self.error()))
+        if callable(self.previous):  # a real Ctrl-C: what it did before the block
+            self.previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def check(self, alive_nodes: Callable[[], set[str]]) -> None:
+        """One poll: record lost nodes and a stall (once something failed, nothing more)."""
+        if not self.failed():
+            try:
+                alive = alive_nodes()
+            except Exception:  # the GCS did not answer this time; ask again
+                return
+            self.lost.extend(node for key, node in self.watched.items() if key not in alive)
+        if not self.failed() and self.stalled is not None:
+            message = self.stalled()
+            if message:
+                self.stall.append(message)
+
+    def run(self, alive_nodes: Callable[[], set[str]]) -> None:
+        """The thread: poll every ``period`` seconds; interrupt the main thread on a failure,
+        again after ``cleanup_grace`` seconds if the block has not ended."""
+        while not self.done.wait(self.period):
+            self.check(alive_nodes)
+            if self.failed() and not self.done.is_set():
+                if (
+                    not self.delivered
+                    or time.monotonic() - self.delivered[-1] >= self.cleanup_grace
+                ):
+                    interrupt_main_thread()
+
+
 @contextmanager
 def watch_nodes(
     period: float = 1.0,
@@ -78,52 +146,20 @@ def watch_nodes(
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    watched = {node["NodeID"]: node for node in ray.nodes() if node["Alive"]}
-    lost: list[dict[str, Any]] = []
-    stall: list[str] = []
-    delivered: list[float] = []  # when the handler raised the interrupt
-    done = threading.Event()
+    state = _Watch(
+        {node["NodeID"]: node for node in ray.nodes() if node["Alive"]},
+        period,
+        stalled,
+        cleanup_grace,
+    )
 
-    def error() -> RuntimeError:
-        if lost:
-            names = "; ".join(describe(node) for node in lost)
-            return NodeDiedError(f"Ray node {names} died during training")
-        return TrainingStalledError(stall[0])
+    def alive_nodes() -> set[str]:
+        return {node["NodeID"] for node in ray.nodes() if node["Alive"]}
 
-    def failed() -> bool:
-        return bool(lost or stall)
-
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_interrupt(signum: int, frame: Any) -> None:
-        if failed() and done.is_set():
-            return  # a late interrupt: the block is ending, and raises the error itself
-        if failed():
-            delivered.append(time.monotonic())
-            raise WatchInterrupt(str(error()))
-        if callable(previous):  # a real Ctrl-C: what it did before the block
-            previous(signum, frame)
-        else:
-            raise KeyboardInterrupt
-
-    def watch() -> None:
-        while not done.wait(period):
-            if not failed():
-                try:
-                    alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-                except Exception:  # the GCS did not answer this time; ask again
-                    continue
-                lost.extend(node for key, node in watched.items() if key not in alive)
-            if not failed() and stalled is not None:
-                message = stalled()
-                if message:
-                    stall.append(message)
-            if failed() and not done.is_set():
-                if not delivered or time.monotonic() - delivered[-1] >= cleanup_grace:
-                    interrupt_main_thread()
-
-    signal.signal(signal.SIGINT, on_interrupt)
-    thread = threading.Thread(target=watch, name="nemo-mmpo-node-watch", daemon=True)
+    signal.signal(signal.SIGINT, state.on_interrupt)
+    thread = threading.Thread(
+        target=state.run, args=(alive_nodes,), name="nemo-mmpo-node-watch", daemon=True
+    )
     thread.start()
     try:
         yield
@@ -131,14 +167,14 @@ def watch_nodes(
         raise
     except BaseException:  # the interrupt (ours, or Ray's KeyboardInterrupt from
         # ray.get), or another error on the way (a dead actor's): the node's error
-        if failed():
-            raise error() from None
+        if state.failed():
+            raise state.error() from None
         raise
     finally:
-        done.set()
+        state.done.set()
         thread.join(timeout=period + 10)
         # signal.signal runs a simulated SIGINT still pending (with our handler, which does
         # nothing once done is set) before it puts the previous handler back
-        signal.signal(signal.SIGINT, previous)
-    if failed():  # the block caught the interrupt and returned
-        raise error()
+        signal.signal(signal.SIGINT, state.previous)
+    if state.failed():  # the block caught the interrupt and returned
+        raise state.error()
