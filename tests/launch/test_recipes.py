@@ -16,7 +16,7 @@ from nemo_rl_support import nemo_rl_checkout
 
 from nemo_mmpo import MMPOInputError
 from nemo_mmpo.launch.plan import describe
-from nemo_mmpo.launch.rules import check
+from nemo_mmpo.launch.rules import RULES, check
 from nemo_mmpo.recipes import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -545,3 +545,14 @@ def test_async_validation_at_start_is_warned_about_where_it_can_stall(checkout):
     else:
         assert warnings == []
     assert validation_at_start_warnings("mmpo_tiny_cpu_async.yaml") == []
+
+
+def test_the_docs_table_names_every_rule_in_the_order_they_run():
+    """docs/recipes.md's table of rules is the list --dry-run runs, in its order."""
+    table = (
+        (ROOT / "docs" / "recipes.md")
+        .read_text(encoding="utf-8")
+        .split("## What `--dry-run` checks")[1]
+    )
+    documented = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
+    assert documented == [run.__name__ for run in RULES]
