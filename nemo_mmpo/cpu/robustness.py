@@ -36,7 +36,7 @@ from nemo_mmpo.checkout import REPO_ROOT
 from nemo_mmpo.cpu.curves import plot_reward_bands, reward_curve, window_means
 from nemo_mmpo.cpu.runs import TINY_RECIPE, finished, run_config, run_recipe
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.io import markdown_table, write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,25 @@ def _expected_success_curve(run_dir: Path, train_problems: int = 512) -> dict[st
     return curve
 
 
+def _spread_row(row: dict, best_kernels: str) -> list[str]:
+    """One run's cells in the spread's table."""
+    made = row["warm_start"]["made_by"]
+    curve = row["expected_success"]
+    last = max(curve, key=int)
+    return [
+        row["variant"],
+        row["seed"],
+        f"{row['warm_start']['steps']}, {row['warm_start']['success']:.3f}",
+        f"Python {made['python']}, torch {made['torch']}, {made['threads']} thread(s), "
+        f"{made.get('kernels', best_kernels)} kernels",
+        " → ".join(f"{m:.2f}" for m in row["window_means"]),
+        f"{row['gain']:+.3f}",
+        f"{curve['0']['train']:.3f} → {curve[last]['train']:.3f} / "
+        f"{curve['0']['held_out']:.3f} → {curve[last]['held_out']:.3f}",
+        f"{row['seconds']:.0f}",
+    ]
+
+
 def summarise(records: list[dict], out: Path, window: int = 50) -> dict:
     """``spread.json``/``spread.md``/``spread.png`` from finished runs' records."""
     rows = []
@@ -191,26 +210,20 @@ def summarise(records: list[dict], out: Path, window: int = 50) -> dict:
         "warm_start_success": {"min": min(starts), "max": max(starts)},
         "every_run_gained": all(gain > 0 for gain in gains),
     }
-    lines = [
-        "| variant | seed | warm start (steps, sampled success) | made by | "
-        f"reward, {window}-step means | gain | expected success, train / held-out | seconds |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
     import torch
 
     best_kernels = torch.backends.cpu.get_cpu_capability()  # runs made before it was recorded
-    for row in rows:
-        made = row["warm_start"]["made_by"]
-        curve = row["expected_success"]
-        last = max(curve, key=int)
-        lines.append(
-            f"| {row['variant']} | {row['seed']} | {row['warm_start']['steps']}, "
-            f"{row['warm_start']['success']:.3f} | Python {made['python']}, torch {made['torch']}, "
-            f"{made['threads']} thread(s), {made.get('kernels', best_kernels)} kernels | "
-            f"{' → '.join(f'{m:.2f}' for m in row['window_means'])}"
-            f" | {row['gain']:+.3f} | {curve['0']['train']:.3f} → {curve[last]['train']:.3f} / "
-            f"{curve['0']['held_out']:.3f} → {curve[last]['held_out']:.3f} | {row['seconds']:.0f} |"
-        )
+    header = [
+        "variant",
+        "seed",
+        "warm start (steps, sampled success)",
+        "made by",
+        f"reward, {window}-step means",
+        "gain",
+        "expected success, train / held-out",
+        "seconds",
+    ]
+    lines = markdown_table(header, [_spread_row(row, best_kernels) for row in rows])
     lines.append("")
     lines.append(
         f"Training reward gain (last {window}-step mean minus first): min {min(gains):+.3f}, "
