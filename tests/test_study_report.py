@@ -110,3 +110,39 @@ def test_the_report_pools_the_finished_runs_of_several_study_folders(tmp_path, m
         comparison.finished_runs([tmp_path / "empty"])
     with pytest.raises(MMPOInputError, match="hold no finished run of grpo"):
         comparison.write_study_report(tmp_path / "first", methods=("grpo",))
+
+
+def test_a_report_is_made_again_from_its_run_records_alone(tmp_path, runs, monkeypatch):
+    """``study report`` writes each run's record (``records/``); a folder holding only those
+    (as ``docs/results/`` does) gives the same ``study.json``, and a run folder wins over a
+    record of the same method and seed."""
+    import json
+    import shutil
+
+    from nemo_mmpo.study import comparison
+
+    for run in runs:
+        run |= {"steps": 30, "selected_step": 30, "final_step": 30, "seconds": 1.0}
+        run["reward"] = np.linspace(0.1, 0.5 + 0.1 * run["seed"], 30).tolist()
+    first = tmp_path / "first"
+    comparison.write_records(first, runs)
+    made = json.loads(comparison.write_study_report(first).with_suffix(".json").read_text())
+    assert len(list((first / "records").glob("*.json"))) == len(runs)
+    again = tmp_path / "again"
+    shutil.copytree(first / "records", again / "records")
+    remade = json.loads(comparison.write_study_report(again).with_suffix(".json").read_text())
+    assert remade == made
+    assert (again / "study_rewards.png").is_file()
+    # a run folder of the same method and seed wins over the record
+    folder = first / "runs" / "mmpo-seed0"
+    folder.mkdir(parents=True)
+    (folder / "finished.json").write_text("{}")
+    from_folder = {"method": "mmpo", "seed": 0, "folder": str(folder)}
+    with monkeypatch.context() as patch:  # the run's numbers are read_run's business
+        patch.setattr(comparison, "read_run", lambda path: from_folder)
+        pooled = comparison.finished_runs([first])
+    assert [run for run in pooled if (run["method"], run["seed"]) == ("mmpo", 0)] == [from_folder]
+    assert len(pooled) == len(runs)
+    shutil.rmtree(first / "runs")  # two folders recording one seed: refused
+    with pytest.raises(comparison.MMPOInputError, match="'grpo' seed 0 finished in both"):
+        comparison.finished_runs([first, again])

@@ -2,11 +2,13 @@
 
 :func:`reward_curve` reads one run; :func:`window_means` gives the README's 50-step means;
 :func:`plot_reward_bands` draws, per method, the mean over seeds of the moving-average reward
-with a band from the lowest to the highest seed.
+with a band from the lowest to the highest seed (:func:`plot_reward_curves` from the rewards
+themselves, e.g. a study's run records).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +52,21 @@ def plot_reward_bands(
 ) -> Path:
     """Per method: the mean over its runs (seeds) of the ``window``-step moving-average reward,
     and a band from the lowest to the highest run. Runs of a method are cut to the shortest."""
+    curves = {
+        name: [[value for _, value in reward_curve(log_dir)] for log_dir in log_dirs]
+        for name, log_dirs in runs.items()
+    }
+    return plot_reward_curves(curves, path, window, title)
+
+
+def plot_reward_curves(
+    runs: dict[str, list[Sequence[float]]], path: str | Path, window: int = 20, title: str = ""
+) -> Path:
+    """:func:`plot_reward_bands` on the training rewards themselves (one list per run, a value
+    per step) rather than on the logs they were read from."""
     figure, axis = pyplot().subplots(figsize=(6.4, 4.0))
-    for name, log_dirs in runs.items():
-        curves = [np.array([value for _, value in reward_curve(d)]) for d in log_dirs]
+    for name, rewards in runs.items():
+        curves = [np.asarray(values, dtype=np.float64) for values in rewards]
         length = min(len(curve) for curve in curves)
         if length < window:
             raise MMPOInputError(f"{name}: a run has {length} steps, fewer than window={window}")

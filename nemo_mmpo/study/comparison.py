@@ -20,7 +20,8 @@ evaluated) and the final one. From their rollouts, with the project's metric cod
 - with fewer than five seeds, what so few seeds can and cannot tell (:func:`seeds_note`);
 - figures: training reward (mean and band over seeds), pass@k, Lorenz curves, first success.
 
-``study.md`` and ``study.json`` (every number) go to the study folder.
+``study.md``, ``study.json`` (every number) and each run's record (``records/``: what the
+report read, so that it can be made again with no run folder) go to the study folder.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from nemo_mmpo.cpu.curves import reward_curve
 from nemo_mmpo.cpu.task import STRATA, Problem
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.metrics import (
@@ -90,6 +92,7 @@ def read_run(folder: Path) -> dict[str, Any]:
     return {
         **record,
         "folder": str(folder),
+        "reward": [value for _, value in reward_curve(folder / "logs")],
         "selected_step": selected,
         "final_step": final,
         "selected": checkpoint_numbers(evaluation / f"step_{selected}.jsonl"),
@@ -401,34 +404,73 @@ def _fewest_paired_seeds(numbers: dict[str, Any], default: int) -> int:
     return min(counts, default=default)
 
 
+#: A study folder's run records: ``records/<method>-seed<seed>.json``, each what
+#: :func:`read_run` returns (without ``folder``). ``study report`` writes one for every run it
+#: reads, so a report can be made again, and checked against, with no run folder (the ones
+#: committed under ``docs/results/``).
+RECORDS = "records"
+
+
+def record_path(study: Path, method: str, seed: int) -> Path:
+    return study / RECORDS / f"{method}-seed{seed}.json"
+
+
+def _pool(
+    found: list[tuple[dict[str, Any], Path]], methods: tuple[str, ...] | None
+) -> dict[tuple[str, int], tuple[dict[str, Any], Path]]:
+    """``(method, seed) -> (run, where)``; a method and seed found twice is refused."""
+    pooled: dict[tuple[str, int], tuple[dict[str, Any], Path]] = {}
+    for run, where in found:
+        if methods is not None and run["method"] not in methods:
+            continue
+        key = (run["method"], run["seed"])
+        if key in pooled:
+            raise MMPOInputError(
+                f"method {key[0]!r} seed {key[1]} finished in both {pooled[key][1]} and "
+                f"{where}: pool studies with different seeds (or drop one folder)"
+            )
+        pooled[key] = (run, where)
+    return pooled
+
+
 def finished_runs(
     studies: list[Path], methods: tuple[str, ...] | None = None
 ) -> list[dict[str, Any]]:
     """Every finished run under ``study/runs`` of each study folder (of ``methods`` only, when
-    given), pooled; a method and seed finished in two of them is refused (pooling it twice
-    would count one seed twice)."""
-    runs: list[dict[str, Any]] = []
-    where: dict[tuple[str, int], Path] = {}
-    for study in studies:
-        for folder in sorted(path.parent for path in (study / "runs").glob("*/finished.json")):
-            run = read_run(folder)
-            if methods is not None and run["method"] not in methods:
-                continue
-            key = (run["method"], run["seed"])
-            if key in where:
-                raise MMPOInputError(
-                    f"method {key[0]!r} seed {key[1]} finished in both {where[key]} and "
-                    f"{folder}: pool studies with different seeds (or drop one folder)"
-                )
-            where[key] = folder
-            runs.append(run)
+    given), pooled, then every run record under ``study/records`` (:data:`RECORDS`) of a run
+    no folder holds; a method and seed finished in two folders (or recorded in two) is refused
+    (pooling it twice would count one seed twice)."""
+    folders = [
+        path.parent for study in studies for path in (study / "runs").glob("*/finished.json")
+    ]
+    from_runs = _pool([(read_run(folder), folder) for folder in sorted(folders)], methods)
+    recorded = [
+        (json.loads(path.read_text()), path)
+        for study in studies
+        for path in sorted((study / RECORDS).glob("*.json"))
+    ]
+    from_records = _pool(
+        [(run, path) for run, path in recorded if (run["method"], run["seed"]) not in from_runs],
+        methods,
+    )
+    runs = [run for run, _ in from_runs.values()] + [run for run, _ in from_records.values()]
     if not runs:
         searched = ", ".join(str(study / "runs") for study in studies)
         which = f" of {', '.join(methods)}" if methods else ""
         raise MMPOInputError(
-            f"{searched} hold no finished run{which}: run `nemo-mmpo study run` first"
+            f"{searched} hold no finished run{which} (nor {RECORDS}/ a run record): run "
+            "`nemo-mmpo study run` first"
         )
     return runs
+
+
+def write_records(out: Path, runs: list[dict[str, Any]]) -> None:
+    """Each run's record into ``out/records`` (atomically; ``folder`` left out: it names a
+    path on the machine that ran it)."""
+    for run in runs:
+        record = {key: value for key, value in run.items() if key != "folder"}
+        path = record_path(out, run["method"], run["seed"])
+        write_text_atomic(path, json.dumps(record, separators=(",", ":")) + "\n")
 
 
 def write_study_report(
@@ -441,6 +483,7 @@ def write_study_report(
     studies, pooled: other seeds of the same methods, or other methods)."""
     out = Path(out)
     runs = finished_runs([out, *(Path(folder) for folder in runs_from)], methods)
+    write_records(out, runs)
     numbers = {
         "selected": aggregate(runs, "selected"),
         "final": aggregate(runs, "final"),
@@ -454,8 +497,9 @@ def write_study_report(
                     "selected_step",
                     "final_step",
                     "seconds",
-                    "folder",
+                    "folder",  # where the run was read; absent for a run read from its record
                 )
+                if key in run
             }
             | {"selected": {k: v for k, v in run["selected"].items() if k != "success"}}
             | {"final": {k: v for k, v in run["final"].items() if k != "success"}}

@@ -2,7 +2,8 @@
 curves, first success.
 
 Each reads the numbers :mod:`nemo_mmpo.study.comparison` computed (and, for the reward curves,
-the runs' TensorBoard logs) and writes a PNG into the study folder, atomically.
+the training rewards each run's record holds) and writes a PNG into the study folder,
+atomically.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nemo_mmpo.cpu.curves import plot_reward_bands
+from nemo_mmpo.cpu.curves import plot_reward_curves
 from nemo_mmpo.eval.metrics import lorenz_curve
 from nemo_mmpo.io import finish_figure, pyplot
 from nemo_mmpo.study.methods import ALL_METHODS
@@ -51,15 +52,13 @@ def _figures(runs: list[dict[str, Any]], numbers: dict[str, Any], out: Path) -> 
 
 def _reward_figure(runs: list[dict[str, Any]], methods: list[str], out: Path) -> None:
     """``study_rewards.png``: each method's training reward, mean and band over seeds."""
-    logs = {
-        ALL_METHODS[name].label: [
-            str(Path(run["folder"]) / "logs") for run in runs if run["method"] == name
-        ]
+    rewards = {
+        ALL_METHODS[name].label: [run["reward"] for run in runs if run["method"] == name]
         for name in methods
     }
     window = max(1, min(20, min(run["steps"] for run in runs) // 3))
-    plot_reward_bands(
-        logs,
+    plot_reward_curves(
+        rewards,
         out / "study_rewards.png",
         window=window,
         title="Training reward (mean over seeds, band: lowest to highest)",

@@ -1,9 +1,11 @@
 """A smoke run of the study (two methods, one seed, two steps) through NeMo-RL's loop: the
-report is written, and its numbers are the evaluation report's on the same rollouts."""
+report is written, its numbers are the evaluation report's on the same rollouts, and the run
+records it writes make the same report with no run folder."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from nemo_rl_support import import_nemo_rl
@@ -56,3 +58,10 @@ def test_a_two_method_study_reports_the_evaluation_reports_numbers(tmp_path, tin
     assert "Paired difference from GRPO" in text
     assert "Paired difference of MMPO (T=4) from each other method" in text
     assert set(study["final"]["paired_difference_of_mmpo"]) == {"grpo"}
+    # the run records alone (what docs/results/ commits) give the same numbers
+    again = tmp_path / "again"
+    shutil.copytree(out / "records", again / "records")
+    remade = json.loads(write_study_report(again).with_suffix(".json").read_text())
+    assert {which: remade[which] for which in ("selected", "final")} == {
+        which: study[which] for which in ("selected", "final")
+    }
