@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nemo_mmpo.errors import MMPOInputError
+
 
 def running_cluster_address() -> str | None:
     """The address of the Ray cluster this process should join, if one is running:
@@ -58,6 +60,15 @@ def start_ray(setup_hook: str | None = None) -> bool:
             ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), **options)
             os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
             return True
+    elif setup_hook is not None:
+        runtime_env = ray.get_runtime_context().runtime_env or {}
+        if runtime_env.get("worker_process_setup_hook") != setup_hook:
+            raise MMPOInputError(
+                f"Ray was started in this process without worker_process_setup_hook="
+                f"{setup_hook!r}, which the vLLM engine's workers need: let the rig start Ray "
+                "(call it before ray.init), or pass runtime_env={'worker_process_setup_hook': "
+                f"{setup_hook!r}}} to ray.init"
+            )
     os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
     return False
 
