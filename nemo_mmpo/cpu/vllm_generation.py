@@ -38,6 +38,9 @@ CPU_VLLM_CFG: dict[str, Any] = {
     "kv_cache_dtype": "auto",
     "async_engine": False,
     "use_tqdm": False,
+    # NeMo-RL main reads it (its recipes set it; vLLM's default is raw_logprobs, without the
+    # temperature); v0.7.0 always passes processed_logprobs
+    "logprobs_mode": "processed_logprobs",
 }
 
 
