@@ -394,6 +394,15 @@ def _vllm_engine(policy: Any, master: dict) -> Any:
     weights arrive by NeMo-RL's refit, through Ray's object store)."""
     from nemo_mmpo.cpu import vllm_generation, vllm_refit
 
+    generation = master["policy"]["generation"]
+    if (master["grpo"].get("async_grpo") or {}).get("enabled") or not (
+        (generation.get("colocated") or {}).get("enabled", True)
+    ):
+        raise MMPOInputError(
+            "cpu_backend.engine=vllm runs NeMo-RL's vLLM generation colocated with grpo_train "
+            "only: set grpo.async_grpo.enabled=false and policy.generation.colocated.enabled="
+            "true, or cpu_backend.engine=transformers for the asynchronous recipe"
+        )
     model_dir = vllm_generation.save_for_vllm(
         policy.model, policy.tokenizer, Path(master["logger"]["log_dir"]) / "vllm_model"
     )

@@ -29,6 +29,7 @@ import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.cpu import driver
 from nemo_mmpo.cpu.curves import reward_curve
+from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.recipes import load
 
 #: float32 policy and engine, on-policy: NeMo-RL's errors sit at their ideal values to ~1e-6
@@ -107,3 +108,14 @@ def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_s
     assert all(abs(value) < ON_POLICY_BOUND for value in kl.values()), kl
     rewards = [value for _, value in reward_curve(logs, "train/reward")]
     assert 0 < sum(rewards) / len(rewards) < 1  # graded samples, mixed outcomes
+
+
+@pytest.mark.parametrize(
+    "grpo, colocated",
+    [({"async_grpo": {"enabled": True}}, True), ({}, False)],
+    ids=["async", "not-colocated"],
+)
+def test_vllm_engine_outside_colocated_grpo_train_is_refused_by_name(grpo, colocated):
+    master = {"grpo": grpo, "policy": {"generation": {"colocated": {"enabled": colocated}}}}
+    with pytest.raises(MMPOInputError, match="cpu_backend.engine=vllm"):
+        driver._vllm_engine(None, master)
