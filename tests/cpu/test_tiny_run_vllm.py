@@ -117,5 +117,5 @@ def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_s
 )
 def test_vllm_engine_outside_colocated_grpo_train_is_refused_by_name(grpo, colocated):
     master = {"grpo": grpo, "policy": {"generation": {"colocated": {"enabled": colocated}}}}
-    with pytest.raises(MMPOInputError, match="cpu_backend.engine=vllm"):
+    with pytest.raises(MMPOInputError, match=r"cpu_backend\.engine=vllm"):
         driver._vllm_engine(None, master)
