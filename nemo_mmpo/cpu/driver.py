@@ -357,14 +357,19 @@ def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[t
     from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
     from nemo_rl.environments.math_environment import MathEnvironment
 
-    # imports ray at import time, as cpu.policy does: imported only where a run starts
+    # import ray (and vLLM's NeMo-RL classes) at import time, as cpu.policy does: imported
+    # only where a run starts
+    from nemo_mmpo.cpu import vllm_generation, vllm_shims
     from nemo_mmpo.cpu.generation import CPUGeneration, SeparateCPUGeneration
 
     asynchronous = bool((master["grpo"].get("async_grpo") or {}).get("enabled"))
     placement = settings.placement
     generation_config = master["policy"]["generation"]
-    with ray_session():
-        if asynchronous:  # NeMo-RL's async layout: generation in its own process, refit each step
+    vllm = settings.engine == "vllm"
+    with ray_session(vllm_shims.SETUP_HOOK if vllm else None):
+        if vllm:  # NeMo-RL's own VllmGeneration, on vLLM's CPU build
+            generation = _vllm_engine(policy, master)
+        elif asynchronous:  # NeMo-RL's async layout: generation in its own process
             generation = SeparateCPUGeneration(
                 policy, generation_config, settings.seed, placement.generation
             )
@@ -376,5 +381,36 @@ def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[t
         try:
             yield generation, environment
         finally:
-            generation.shutdown()
+            if vllm:
+                vllm_generation.shutdown_generation(generation)
+            else:
+                generation.shutdown()
             ray.kill(environment)
+
+
+def _vllm_engine(policy: Any, master: dict) -> Any:
+    """NeMo-RL's ``VllmGeneration`` on a CPU Ray bundle, started from the policy's weights
+    saved in ``<logger.log_dir>/vllm_model`` (vLLM reads the config and tokenizer there; its
+    weights arrive by NeMo-RL's refit, through Ray's object store)."""
+    from nemo_mmpo.cpu import vllm_generation, vllm_refit
+
+    generation = master["policy"]["generation"]
+    if (master["grpo"].get("async_grpo") or {}).get("enabled") or not (
+        (generation.get("colocated") or {}).get("enabled", True)
+    ):
+        raise MMPOInputError(
+            "cpu_backend.engine=vllm runs NeMo-RL's vLLM generation colocated with grpo_train "
+            "only: set grpo.async_grpo.enabled=false and policy.generation.colocated.enabled="
+            "true, or cpu_backend.engine=transformers for the asynchronous recipe"
+        )
+    model_dir = vllm_generation.save_for_vllm(
+        policy.model, policy.tokenizer, Path(master["logger"]["log_dir"]) / "vllm_model"
+    )
+    config = vllm_generation.cpu_generation_config(
+        master["policy"]["generation"],
+        model_dir,
+        int(master["policy"]["max_total_sequence_length"]),
+        policy.tokenizer,
+    )
+    policy.weight_mailbox = vllm_refit.start_mailbox()
+    return vllm_generation.cpu_vllm_generation(policy, config)

@@ -20,6 +20,7 @@ import torch
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 from nemo_rl.models.policy.interfaces import ColocatablePolicyInterface
 
+from nemo_mmpo.cpu import vllm_refit
 from nemo_mmpo.cpu.sampling import token_logprobs
 
 
@@ -106,6 +107,28 @@ class CPUPolicy(DriverSidePolicy):
         )
         self.temperature = float((policy_config.get("generation") or {}).get("temperature", 1.0))
         self.steps = 0
+        #: The :class:`~nemo_mmpo.cpu.vllm_refit.WeightMailbox` when the engine is NeMo-RL's
+        #: vLLM generation: refits publish the weights there, through Ray's object store.
+        self.weight_mailbox: Any = None
+
+    # --- refit: NeMo-RL's calls; the weights go through Ray's object store ----------------
+    def prepare_refit_info(self) -> dict[str, Any]:
+        """``{name: (shape, dtype)}`` of the weights a refit sends (NeMo-RL's format)."""
+        return {
+            name: (tuple(tensor.shape), tensor.dtype)
+            for name, tensor in self.model.state_dict().items()
+        }
+
+    def stream_weights_via_ipc_zmq(self, *args: Any, **kwargs: Any) -> list:
+        """Colocated refit: publish the weights (a vLLM engine), or nothing (an engine on
+        this model)."""
+        if self.weight_mailbox is None:
+            return []
+        return vllm_refit.publish(self.model, self.weight_mailbox)
+
+    def broadcast_weights_for_collective(self, *args: Any, **kwargs: Any) -> list:
+        """Non-colocated refit (NCCL on a GPU node): the same publication."""
+        return self.stream_weights_via_ipc_zmq()
 
     # --- log-probabilities -----------------------------------------------------------------
     def get_logprobs(self, data: Any, *args: Any, **kwargs: Any) -> Any:

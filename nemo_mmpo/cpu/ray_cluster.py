@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nemo_mmpo.errors import MMPOInputError
+
 
 def running_cluster_address() -> str | None:
     """The address of the Ray cluster this process should join, if one is running:
@@ -36,9 +38,10 @@ def running_cluster_address() -> str | None:
         return None
 
 
-def start_ray() -> bool:
+def start_ray(setup_hook: str | None = None) -> bool:
     """Join the running Ray cluster (:func:`running_cluster_address`), else start a local one
-    with this machine's CPUs; returns whether this call started it.
+    with this machine's CPUs; returns whether this call started it. ``setup_hook``: Ray's
+    ``worker_process_setup_hook`` for this job's workers (the vLLM CPU shims).
 
     Either way ``RAY_ADDRESS`` then names the cluster: NeMo-RL's memory tracker looks Ray up
     by ``address="auto"``, which fails when other Ray instances run on the machine.
@@ -46,7 +49,9 @@ def start_ray() -> bool:
     import ray
 
     if not ray.is_initialized():
-        options = {"include_dashboard": False, "log_to_driver": False}
+        options: dict = {"include_dashboard": False, "log_to_driver": False}
+        if setup_hook is not None:
+            options["runtime_env"] = {"worker_process_setup_hook": setup_hook}
         address = running_cluster_address()
         if address is not None:
             ray.init(address=address, **options)
@@ -55,18 +60,27 @@ def start_ray() -> bool:
             ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), **options)
             os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
             return True
+    elif setup_hook is not None:
+        runtime_env = ray.get_runtime_context().runtime_env or {}
+        if runtime_env.get("worker_process_setup_hook") != setup_hook:
+            raise MMPOInputError(
+                f"Ray was started in this process without worker_process_setup_hook="
+                f"{setup_hook!r}, which the vLLM engine's workers need: let the rig start Ray "
+                "(call it before ray.init), or pass runtime_env={'worker_process_setup_hook': "
+                f"{setup_hook!r}}} to ray.init"
+            )
     os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
     return False
 
 
 @contextmanager
-def ray_session() -> Iterator[None]:
+def ray_session(setup_hook: str | None = None) -> Iterator[None]:
     """:func:`start_ray` for the block; a cluster it started is shut down afterwards, and
     ``RAY_ADDRESS`` is what it was before."""
     import ray
 
     previous = os.environ.get("RAY_ADDRESS")
-    started = start_ray()
+    started = start_ray(setup_hook)
     try:
         yield
     finally:

