@@ -249,14 +249,17 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def run_launch(launch: dict, spec: dict, out: Path) -> None:
-    """Fork ``launch['world']`` ranks and wait; if one fails, stop the others and fail."""
+def run_launch(launch: dict, spec: dict, out: Path, target: Any = None) -> None:
+    """Fork ``launch['world']`` ranks running ``target`` (:func:`run_rank` unless given) and
+    wait; if one fails, stop the others and fail."""
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     port = free_port()
     ranks = [
-        context.Process(target=run_rank, args=(rank, launch["world"], port, launch, spec, out))
+        context.Process(
+            target=target or run_rank, args=(rank, launch["world"], port, launch, spec, out)
+        )
         for rank in range(launch["world"])
     ]
     for process in ranks:

@@ -1,0 +1,282 @@
+"""NeMo-RL's Megatron train step on a real megatron-core ``GPTModel``, on gloo ranks.
+
+``tests/nemo_rl_adapter/test_megatron_parallel.py`` writes a spec (``torch.save``) and runs
+:func:`main` in a fresh interpreter: ``python -c "from megatron_ranks import main; main()" SPEC
+OUT``. That process installs the CPU shims (:mod:`nemo_mmpo.cpu.megatron_cpu`), imports
+megatron-core and NeMo-RL once, then for each launch forks ``world`` ranks that meet over gloo on
+127.0.0.1. For each layout (tensor x pipeline x context x data = world), every rank runs
+megatron-core's ``initialize_model_parallel``, builds its part of the tiny ``GPTModel``
+(:mod:`nemo_mmpo.cpu.megatron_model`) from the same one-process weights, and does what NeMo-RL's
+``Policy`` and ``MegatronPolicyWorker`` do:
+
+- ``get_logprobs``: ``Policy._shard_for_logprob``, ``get_microbatch_iterator``,
+  ``LogprobsPostProcessor`` through ``megatron_forward_backward`` (forward only), the shards put
+  back in order (``BatchedDataDict.from_batches``, ``reorder_data``);
+- ``train`` (one global batch, per loss): ``Policy._shard_for_train``, ``zero_grad_buffer``,
+  ``process_global_batch``, ``get_microbatch_iterator``, ``LossPostProcessor`` through
+  ``megatron_forward_backward`` (megatron-core's schedule; its ``finalize_model_grads``
+  all-reduces the DDP gradient buffers), ``aggregate_training_statistics``, then megatron-core's
+  Adam ``optimizer.step()``.
+
+Rank 0 writes ``OUT/launch-<i>.pt``: per layout the log-probs ``[batch, seq_len]``; per layout and
+loss the reported ``loss``, the full parameter gradients by one-process name (rebuilt from the
+tensor- and pipeline-parallel shards of data/context replica 0), the largest difference between
+data/context replicas' gradients and, after the step, their parameters.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from parallel_loss_ranks import COLLECTIVE_TIMEOUT, free_port, policy_sharding, run_launch
+
+from nemo_mmpo.cpu import megatron_cpu
+
+SEED = 1234
+
+
+def coordinates() -> dict[str, Any]:
+    from megatron.core import parallel_state as ps
+
+    return {
+        "tp": ps.get_tensor_model_parallel_rank(),
+        "pp": ps.get_pipeline_model_parallel_rank(),
+        "cp": ps.get_context_parallel_rank(),
+        "dp": ps.get_data_parallel_rank(),
+        "last": ps.is_pipeline_last_stage(),
+    }
+
+
+def build(layout: dict, spec: dict, weights: dict | None) -> Any:
+    """This rank's part of the tiny model, with the one-process ``weights`` (None: seeded)."""
+    from nemo_mmpo.cpu.megatron_model import load_full, tiny_gpt
+
+    megatron_cpu.cpu_rng_tracker(SEED)
+    model = tiny_gpt(spec["vocabulary"], spec["max_length"])
+    if weights is not None:
+        load_full(model, weights)
+    return model
+
+
+def get_logprobs(model: Any, cfg: dict, data: Any) -> Any:
+    """``Policy.get_logprobs`` + ``MegatronPolicyWorker.get_logprobs`` on this rank: the
+    log-probs of its data-parallel shard (last pipeline stage; None elsewhere) and the shards'
+    inverse permutation."""
+    from megatron.core import parallel_state as ps
+    from nemo_rl.models.megatron.data import get_microbatch_iterator
+    from nemo_rl.models.megatron.train import LogprobsPostProcessor, megatron_forward_backward
+    from nemo_rl.models.policy.lm_policy import Policy
+
+    policy = policy_sharding(cfg, ps.get_data_parallel_world_size())
+    shards, unsorted = Policy._shard_for_logprob(policy, data)
+    shard = shards[ps.get_data_parallel_rank()]
+    model.eval()
+    with torch.no_grad():
+        iterator, count, mbs, seq_length, padded = get_microbatch_iterator(
+            shard, cfg, cfg["logprob_batch_size"], straggler_timer=None
+        )
+        results = megatron_forward_backward(
+            model=model,
+            data_iterator=iterator,
+            num_microbatches=count,
+            seq_length=padded,
+            mbs=mbs,
+            post_processing_fn=LogprobsPostProcessor(cfg=cfg),
+            forward_only=True,
+        )
+    if not ps.is_pipeline_last_stage():
+        return None, unsorted
+    pieces = [
+        torch.nn.functional.pad(r["logprobs"], (0, seq_length - r["logprobs"].shape[1]))
+        for r in results
+    ]
+    return torch.cat(pieces), unsorted
+
+
+def train(model: Any, cfg: dict, loss_fn: Any, train_data: Any) -> dict[str, Any]:
+    """One ``Policy.train`` step (one global batch) and megatron-core's optimizer step."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from nemo_rl.models.megatron.data import get_microbatch_iterator, process_global_batch
+    from nemo_rl.models.megatron.train import (
+        LossPostProcessor,
+        aggregate_training_statistics,
+        megatron_forward_backward,
+    )
+    from nemo_rl.models.policy.lm_policy import Policy
+
+    from nemo_mmpo.cpu.megatron_model import local_pieces
+
+    gbs, mbs = cfg["train_global_batch_size"], cfg["train_micro_batch_size"]
+    dp_group = ps.get_data_parallel_group()
+    dp_size = ps.get_data_parallel_world_size()
+    data = Policy._shard_for_train(policy_sharding(cfg, dp_size), train_data, gbs)[
+        ps.get_data_parallel_rank()
+    ]
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=1e-2, clip_grad=1.0, params_dtype=torch.float32),
+        [model],
+    )
+    model.train()
+    model.zero_grad_buffer()
+    optimizer.zero_grad()
+    gb = process_global_batch(
+        data, loss_fn=loss_fn, dp_group=dp_group, batch_idx=0, batch_size=gbs // dp_size
+    )
+    iterator, count, micro_batch_size, _, padded = get_microbatch_iterator(
+        gb["batch"], cfg, mbs, straggler_timer=None
+    )
+    reduced = megatron_forward_backward(
+        model=model,
+        data_iterator=iterator,
+        num_microbatches=count,
+        seq_length=padded,
+        mbs=micro_batch_size,
+        post_processing_fn=LossPostProcessor(loss_fn=loss_fn, cfg=cfg, num_microbatches=count),
+        global_valid_seqs=gb["global_valid_seqs"],
+        global_valid_toks=gb["global_valid_toks"],
+    )
+    loss = None
+    if ps.is_pipeline_last_stage():
+        losses = [torch.tensor([m["loss"] for m in reduced]).sum().item()]
+        _, global_loss = aggregate_training_statistics(reduced, losses, dp_group)
+        loss = float(global_loss.sum())
+    gradients = local_pieces(model, "grad")
+    updated, _, _ = optimizer.step()
+    return {
+        "loss": loss,
+        "grad": gradients,
+        "param": local_pieces(model, "param"),
+        "stepped": bool(updated),
+    }
+
+
+def run_layout(layout: dict, spec: dict, weights: dict | None, out: Path) -> dict:
+    """Every loss's step and the log-probs under ``layout``; rank 0 gets them all."""
+    from megatron.core import parallel_state as ps
+
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=layout["tensor"],
+        pipeline_model_parallel_size=layout["pipeline"],
+        context_parallel_size=layout["context"],
+    )
+    try:
+        here = coordinates()
+        model = build(layout, spec, weights)
+        if weights is None:  # the one-process layout: its seeded weights are everyone's
+            from nemo_mmpo.cpu.megatron_model import local_pieces
+
+            torch.save(
+                {n: t for n, (t, _, _) in local_pieces(model, "param").items()}, out / "weights.pt"
+            )
+            weights = torch.load(out / "weights.pt")
+        logprobs, unsorted = get_logprobs(model, layout["policy"], spec["logprob_data"])
+        rank_results = {"where": here, "logprobs": logprobs, "unsorted": unsorted, "steps": {}}
+        for loss_name, (loss_fn, train_data) in spec["losses"].items():
+            model = build(layout, spec, weights)
+            rank_results["steps"][loss_name] = train(model, layout["policy"], loss_fn, train_data)
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, rank_results)
+        return combine(everyone, spec) if dist.get_rank() == 0 else {}
+    finally:
+        ps.destroy_model_parallel()
+
+
+def combine(ranks: list[dict], spec: dict) -> dict:
+    """Rank 0: the layout's log-probs, and per loss the loss, full gradients, replica gaps."""
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    from nemo_mmpo.cpu.megatron_model import gather_full
+
+    def is_replica_zero(where: dict) -> bool:
+        return where["dp"] == 0 and where["cp"] == 0
+
+    last = {
+        r["where"]["dp"]: r
+        for r in ranks
+        if r["where"]["last"] and r["where"]["tp"] == 0 and r["where"]["cp"] == 0
+    }
+    logprobs = BatchedDataDict.from_batches(
+        [BatchedDataDict(logprobs=last[dp]["logprobs"]) for dp in sorted(last)]
+    )
+    if last[0]["unsorted"] is not None:
+        logprobs.reorder_data(last[0]["unsorted"])
+    combined: dict[str, Any] = {"logprobs": logprobs["logprobs"], "steps": {}}
+    for loss_name in spec["losses"]:
+        steps = [(r["where"], r["steps"][loss_name]) for r in ranks]
+        loss = next(step["loss"] for where, step in steps if where["last"])
+        grads = gather_full([step["grad"] for where, step in steps if is_replica_zero(where)])
+        gaps = {}
+        for which in ("grad", "param"):
+            gap = 0.0
+            for where, step in steps:
+                twin = next(
+                    s
+                    for w, s in steps
+                    if is_replica_zero(w) and (w["tp"], w["pp"]) == (where["tp"], where["pp"])
+                )
+                for name, (tensor, _, _) in step[which].items():
+                    gap = max(gap, float((tensor - twin[which][name][0]).abs().max()))
+            gaps[which] = gap
+        params = gather_full([step["param"] for where, step in steps if is_replica_zero(where)])
+        combined["steps"][loss_name] = {
+            "loss": loss,
+            "grad": grads,
+            "param": params,
+            "replica_gap": gaps,
+            "stepped": all(step["stepped"] for _, step in steps),
+        }
+    return combined
+
+
+def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Path) -> None:
+    try:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT),
+        )
+        weights = None
+        if (out / "weights.pt").exists():
+            weights = torch.load(out / "weights.pt")
+        results = {}
+        for layout in launch["layouts"]:
+            results[layout["name"]] = run_layout(layout, spec, weights, out)
+            if weights is None:
+                weights = torch.load(out / "weights.pt")
+        if rank == 0:
+            torch.save(results, out / f"launch-{launch['index']}.pt")
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def main() -> None:
+    spec_path, out = Path(sys.argv[1]), Path(sys.argv[2])
+    torch.set_num_threads(1)  # ranks share two cores; and fork before any thread pool starts
+    megatron_cpu.install()
+    # import megatron-core and NeMo-RL once, before forking: the ranks inherit them
+    import nemo_rl.models.megatron.data
+    import nemo_rl.models.megatron.train
+    import nemo_rl.models.policy.lm_policy  # noqa: F401
+
+    import nemo_mmpo.cpu.megatron_model  # noqa: F401
+
+    spec = torch.load(spec_path, weights_only=False)
+    for launch in spec["launches"]:
+        run_launch(launch, spec, out, run_rank)
+
+
+__all__ = ["free_port", "main"]
