@@ -222,7 +222,9 @@ class _AllGather(torch.autograd.Function):
         return grad[rank * rows : (rank + 1) * rows], None
 
 
-def token_places(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:
+def packed_token_places(
+    cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int
+) -> torch.Tensor:
     """``[tokens on this rank, 2]``: each local token's (sequence, position in it), for a packed
     row whose sequences (padded lengths ``cu_seqlens_padded`` diffs, multiples of ``2 x
     cp_size``) are split into ``2 x cp_size`` chunks, rank ``r`` holding chunks ``r`` and
@@ -246,6 +248,7 @@ class CPUCoreAttention(DotProductAttention):
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         self.cp_size = config.context_parallel_size
+        # the local attention's constructor refuses CP > 1 (line 57) and reads nothing else of it
         local = copy.copy(config)
         local.context_parallel_size = 1
         super().__init__(local, *args, **kwargs)
@@ -273,12 +276,20 @@ class CPUCoreAttention(DotProductAttention):
         """``query [t, heads, dim]``, ``key``/``value [t, groups, dim]`` -> ``[t, heads x dim]``."""
         cu = packed_seq_params.cu_seqlens_q_padded
         cp_rank = parallel_state.get_context_parallel_rank() if self.cp_size > 1 else 0
-        mine = token_places(cu, self.cp_size, cp_rank)
+        mine = packed_token_places(cu, self.cp_size, cp_rank)
+        if mine.shape[0] != query.shape[0]:
+            raise ValueError(
+                f"cu_seqlens_q_padded {cu.tolist()} covers {mine.shape[0]} tokens per rank at "
+                f"CP={self.cp_size}, the packed row has {query.shape[0]}: the last sequence must "
+                "absorb the row's padding (as NeMo-RL's packer does)"
+            )
         if self.cp_size > 1:
             group = parallel_state.get_context_parallel_group()
             key = _AllGather.apply(key, group)
             value = _AllGather.apply(value, group)
-            theirs = torch.cat([token_places(cu, self.cp_size, r) for r in range(self.cp_size)])
+            theirs = torch.cat(
+                [packed_token_places(cu, self.cp_size, r) for r in range(self.cp_size)]
+            )
         else:
             theirs = mine
         repeat = query.shape[1] // key.shape[1]
