@@ -47,10 +47,7 @@ pytestmark = pytest.mark.nemo_rl
 
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
-pytest.importorskip(
-    "megatron.core",
-    reason="megatron-core is not installed (scripts/nemo_rl_requirements.txt pins it)",
-)
+import_nemo_rl("megatron.core")  # scripts/nemo_rl_requirements.txt pins megatron-core
 
 from parallel_loss_ranks import PLACE_KEY, token_places
 from test_dmpo_nemo_rl import training_batch
