@@ -1,90 +1,57 @@
-"""NeMo-RL's Megatron training step on gloo ranks: the loss it reports and its logits gradient.
+"""NeMo-RL's Megatron train step on a real megatron-core ``GPTModel``, on gloo ranks.
 
-``tests/nemo_rl_adapter/test_parallel_loss.py`` writes a spec (with ``torch.save``) and runs
+``tests/nemo_rl_adapter/test_parallel_loss.py`` writes a spec (``torch.save``) and runs
 :func:`main` in a fresh interpreter: ``python -c "from parallel_loss_ranks import main; main()"
-SPEC OUT``. That process puts in the Megatron stand-ins (:mod:`megatron_standins`), imports
-NeMo-RL once, then for each launch of the spec forks its ranks, which meet over gloo on
-127.0.0.1, each layout of the launch on ranks ``0 .. tensor x context x data - 1``. Rank 0
-writes ``OUT/launch-<i>.pt``: for each layout and loss, the ``loss`` NeMo-RL's worker reports,
-the gradient of what it back-propagates with respect to the whole batch's logits
-(``[batch, seq_len, vocab]``), and what each rank's model was given, micro-batch by micro-batch.
+SPEC OUT``. That process installs the CPU shims (:mod:`nemo_mmpo.cpu.megatron_cpu`), imports
+megatron-core and NeMo-RL once, then for each launch forks ``world`` ranks that meet over gloo on
+127.0.0.1. For each layout (tensor x pipeline x context x data = world), every rank runs
+megatron-core's ``initialize_model_parallel``, builds its part of the tiny ``GPTModel``
+(:mod:`nemo_mmpo.cpu.megatron_model`) from the same one-process weights, and does what NeMo-RL's
+``Policy`` and ``MegatronPolicyWorker`` do:
 
-A rank does what NeMo-RL's ``Policy.train`` and ``MegatronPolicyWorker.train`` do for one step:
-``Policy._shard_for_train`` (data-parallel shards; dynamic batching or sequence packing as
-configured), then ``process_global_batch`` (the valid-token counts all-reduced over data
-parallel), ``get_microbatch_iterator`` (micro-batches, dynamic shapes or packing with
-context-parallel sharding), ``LossPostProcessor`` (``SequencePackingLossWrapper``,
-``SequencePackingFusionLossWrapper`` or the unpacked wrapper, over ``prepare_loss_input`` and
-``DistributedLogprob``) through ``megatron_forward_backward``, and
-``aggregate_training_statistics``. Only the model, Megatron's schedule
-(:mod:`megatron_standins`) and its gradient reduction are stood in for:
+- ``get_logprobs``: ``Policy._shard_for_logprob``, ``get_microbatch_iterator``,
+  ``LogprobsPostProcessor`` through ``megatron_forward_backward`` (forward only), the shards put
+  back in order (``BatchedDataDict.from_batches``, ``reorder_data``);
+- ``train`` (one global batch, per loss): ``Policy._shard_for_train``, ``zero_grad_buffer``,
+  ``process_global_batch``, ``get_microbatch_iterator``, ``LossPostProcessor`` through
+  ``megatron_forward_backward`` (megatron-core's schedule; its ``finalize_model_grads``
+  all-reduces the DDP gradient buffers), ``aggregate_training_statistics``, then megatron-core's
+  Adam ``optimizer.step()``.
 
-- :class:`StandInModel` returns, for each token it is given, that token's row of the whole
-  batch's logits (its vocabulary shard under tensor parallel), so the gradient lands on the
-  full logits. It finds each token's place in the batch in ``mtp_loss_mask``, which NeMo-RL
-  packs and context-parallel-shards exactly as it packs ``input_ids`` and hands to the model
-  as ``loss_mask`` (for Multi-Token Prediction); the batch carries each token's place there
-  (:data:`PLACE_KEY`), and the model checks the tokens it gets are the ones at those places.
-- Megatron's DDP sums gradients over data and context parallel (NeMo-RL sets
-  ``calculate_per_token_loss=True``, ``average_in_collective=False``), and under tensor
-  parallel each rank owns its vocabulary shard: the full gradient is the sum of the ranks'
-  gradients, all-reduced here.
+Rank 0 writes ``OUT/launch-<i>.pt``: per layout the log-probs ``[batch, seq_len]``; per layout and
+loss the reported ``loss``, what each rank's model was given per micro-batch (the places of its
+tokens, :data:`PLACE_KEY`), the full parameter gradients by one-process name (rebuilt from the
+tensor- and pipeline-parallel shards of data/context replica 0), the largest difference between
+data/context replicas' gradients and, after the step, their parameters.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import megatron_standins
 import torch
 import torch.distributed as dist
+from gloo_ranks import COLLECTIVE_TIMEOUT, run_launch
 
+from nemo_mmpo.cpu import megatron_cpu
+
+SEED = 1234
 #: Where the batch carries each token's place in the whole batch (``row * seq_len + pos + 1``;
-#: 0 is padding). NeMo-RL packs this key as it packs the tokens and gives it to the model.
+#: 0 is padding). NeMo-RL packs this key as it packs the tokens and hands it to the model as
+#: ``loss_mask`` (for Multi-Token Prediction, which the tiny model has not: it reads nothing
+#: from it); a hook on the model records, per micro-batch, which places each rank was given.
 PLACE_KEY = "mtp_loss_mask"
-#: Seconds a rank waits in a collective before gloo gives up (a hang fails instead of waiting).
-COLLECTIVE_TIMEOUT = 120
 
 
 def token_places(input_ids: torch.Tensor) -> torch.Tensor:
     """``[batch, seq_len]`` each token's place in the flattened batch, plus one."""
     return torch.arange(1, input_ids.numel() + 1).reshape(input_ids.shape)
-
-
-class StandInModel(torch.nn.Module):
-    """Logits looked up in the whole batch's logits by each token's place (see module doc)."""
-
-    def __init__(self, logits: torch.Tensor, input_ids: torch.Tensor, tp_rank: int, tp_size: int):
-        super().__init__()
-        self.logits = torch.nn.Parameter(logits.clone())
-        self.tokens = input_ids.reshape(-1)
-        width = logits.shape[-1] // tp_size
-        self.vocabulary = slice(tp_rank * width, (tp_rank + 1) * width)
-        self.calls: list[dict[str, Any]] = []
-
-    def forward(self, input_ids, position_ids=None, attention_mask=None, **kwargs):
-        places = kwargs["loss_mask"].long()
-        real = places > 0
-        if not torch.equal(self.tokens[places[real] - 1], input_ids[real]):
-            raise AssertionError("the token places are not laid out as the tokens")
-        table = self.logits.reshape(-1, self.logits.shape[-1])[:, self.vocabulary]
-        table = torch.cat([table.new_zeros(1, table.shape[1]), table])
-        self.calls.append(
-            {
-                "shape": tuple(input_ids.shape),
-                "packed": kwargs.get("packed_seq_params") is not None,
-                "places": sorted(places[real].tolist()),
-            }
-        )
-        return table[places]
 
 
 def policy_sharding(cfg: dict[str, Any], dp_size: int) -> SimpleNamespace:
@@ -115,8 +82,88 @@ def policy_sharding(cfg: dict[str, Any], dp_size: int) -> SimpleNamespace:
     return state
 
 
-def train_step(layout, loss_fn, train_data, logits, groups) -> dict[str, Any]:
-    """One ``Policy.train`` step of NeMo-RL's Megatron worker on this rank (see module doc)."""
+def coordinates() -> dict[str, Any]:
+    from megatron.core import parallel_state as ps
+
+    return {
+        "tp": ps.get_tensor_model_parallel_rank(),
+        "pp": ps.get_pipeline_model_parallel_rank(),
+        "cp": ps.get_context_parallel_rank(),
+        "dp": ps.get_data_parallel_rank(),
+        "last": ps.is_pipeline_last_stage(),
+    }
+
+
+def build(layout: dict, spec: dict, weights: dict | None) -> Any:
+    """This rank's part of the tiny model, with the one-process ``weights`` (None: seeded with
+    :data:`SEED`)."""
+    from nemo_mmpo.cpu.megatron_model import load_full, tiny_gpt
+
+    megatron_cpu.cpu_rng_tracker(SEED)
+    model = tiny_gpt(spec["vocabulary"], spec["max_length"])
+    if weights is not None:
+        load_full(model, weights)
+    return model
+
+
+def get_logprobs(model: Any, cfg: dict, data: Any) -> Any:
+    """``Policy.get_logprobs`` + ``MegatronPolicyWorker.get_logprobs`` on this rank: the
+    log-probs of its data-parallel shard (last pipeline stage; None elsewhere) and the shards'
+    inverse permutation."""
+    from megatron.core import parallel_state as ps
+    from nemo_rl.models.megatron.data import get_microbatch_iterator
+    from nemo_rl.models.megatron.train import LogprobsPostProcessor, megatron_forward_backward
+    from nemo_rl.models.policy.lm_policy import Policy
+
+    policy = policy_sharding(cfg, ps.get_data_parallel_world_size())
+    shards, unsorted = Policy._shard_for_logprob(policy, data)
+    shard = shards[ps.get_data_parallel_rank()]
+    model.eval()
+    with torch.no_grad():
+        iterator, count, mbs, seq_length, padded = get_microbatch_iterator(
+            shard, cfg, cfg["logprob_batch_size"], straggler_timer=None
+        )
+        results = megatron_forward_backward(
+            model=model,
+            data_iterator=iterator,
+            num_microbatches=count,
+            seq_length=padded,
+            mbs=mbs,
+            post_processing_fn=LogprobsPostProcessor(cfg=cfg),
+            forward_only=True,
+        )
+    if not ps.is_pipeline_last_stage():
+        return None, unsorted
+    pieces = [
+        torch.nn.functional.pad(r["logprobs"], (0, seq_length - r["logprobs"].shape[1]))
+        for r in results
+    ]
+    return torch.cat(pieces), unsorted
+
+
+def record_calls(model: Any) -> list[dict[str, Any]]:
+    """Per forward call of the model on this rank: the input's shape, whether it was packed, the
+    places (:data:`PLACE_KEY`) of its tokens."""
+    calls: list[dict[str, Any]] = []
+
+    def hook(module: Any, args: tuple, kwargs: dict) -> None:
+        places = kwargs["loss_mask"].long()
+        calls.append(
+            {
+                "shape": tuple(kwargs["input_ids"].shape),
+                "packed": kwargs.get("packed_seq_params") is not None,
+                "places": sorted(places[places > 0].tolist()),
+            }
+        )
+
+    model.module.register_forward_pre_hook(hook, with_kwargs=True)
+    return calls
+
+
+def train(model: Any, cfg: dict, loss_fn: Any, train_data: Any) -> dict[str, Any]:
+    """One ``Policy.train`` step (one global batch) and megatron-core's optimizer step."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from nemo_rl.models.megatron.data import get_microbatch_iterator, process_global_batch
     from nemo_rl.models.megatron.train import (
         LossPostProcessor,
@@ -125,85 +172,178 @@ def train_step(layout, loss_fn, train_data, logits, groups) -> dict[str, Any]:
     )
     from nemo_rl.models.policy.lm_policy import Policy
 
-    cfg = layout["policy"]
+    from nemo_mmpo.cpu.megatron_model import local_pieces
+
     gbs, mbs = cfg["train_global_batch_size"], cfg["train_micro_batch_size"]
-    dp_group = groups["data"]
-    dp_size, dp_rank = dist.get_world_size(dp_group), dist.get_rank(dp_group)
-    shards = Policy._shard_for_train(policy_sharding(cfg, dp_size), train_data, gbs)
-    data = shards[dp_rank]
-    model = StandInModel(
-        logits,
-        train_data["input_ids"],
-        dist.get_rank(groups["tensor"]),
-        dist.get_world_size(groups["tensor"]),
+    dp_group = ps.get_data_parallel_group()
+    dp_size = ps.get_data_parallel_world_size()
+    data = Policy._shard_for_train(policy_sharding(cfg, dp_size), train_data, gbs)[
+        ps.get_data_parallel_rank()
+    ]
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=1e-2, clip_grad=1.0, params_dtype=torch.float32),
+        [model],
     )
-    local_gbs = gbs // dp_size
-    num_global_batches = train_data.size // gbs  # the worker all-reduces its shard's size
-    all_mb_metrics, losses = [], []
-    for gb_idx in range(num_global_batches):
-        gb_result = process_global_batch(
-            data, loss_fn=loss_fn, dp_group=dp_group, batch_idx=gb_idx, batch_size=local_gbs
-        )
-        iterator, num_microbatches, micro_batch_size, _, padded_seq_length = (
-            get_microbatch_iterator(gb_result["batch"], cfg, mbs, straggler_timer=None)
-        )
-        post_processor = LossPostProcessor(
-            loss_fn=loss_fn, cfg=cfg, num_microbatches=num_microbatches
-        )
-        losses_reduced = megatron_forward_backward(
-            model=model,
-            data_iterator=iterator,
-            num_microbatches=num_microbatches,
-            seq_length=padded_seq_length,
-            mbs=micro_batch_size,
-            post_processing_fn=post_processor,
-            global_valid_seqs=gb_result["global_valid_seqs"],
-            global_valid_toks=gb_result["global_valid_toks"],
-        )
-        # the worker: per-micro-batch metrics over the global batches, summed losses
-        gb_metrics = [
-            {
-                key: value if ("_min" in key or "_max" in key) else value / num_global_batches
-                for key, value in metrics.items()
-            }
-            for metrics in losses_reduced
-        ]
-        all_mb_metrics.extend(gb_metrics)
-        losses.append(torch.tensor([metrics["loss"] for metrics in gb_metrics]).sum().item())
-    _, global_loss = aggregate_training_statistics(all_mb_metrics, losses, dp_group)
-    gradient = model.logits.grad.clone()
-    dist.all_reduce(gradient, group=groups["all"])
-    calls = [None] * dist.get_world_size(groups["all"])
-    dist.all_gather_object(calls, model.calls, group=groups["all"])
-    return {"loss": float(global_loss.sum()), "gradient": gradient, "calls_per_rank": calls}
+    calls = record_calls(model)
+    model.train()
+    model.zero_grad_buffer()
+    optimizer.zero_grad()
+    gb = process_global_batch(
+        data, loss_fn=loss_fn, dp_group=dp_group, batch_idx=0, batch_size=gbs // dp_size
+    )
+    iterator, count, micro_batch_size, _, padded = get_microbatch_iterator(
+        gb["batch"], cfg, mbs, straggler_timer=None
+    )
+    reduced = megatron_forward_backward(
+        model=model,
+        data_iterator=iterator,
+        num_microbatches=count,
+        seq_length=padded,
+        mbs=micro_batch_size,
+        post_processing_fn=LossPostProcessor(loss_fn=loss_fn, cfg=cfg, num_microbatches=count),
+        global_valid_seqs=gb["global_valid_seqs"],
+        global_valid_toks=gb["global_valid_toks"],
+    )
+    loss = None
+    if ps.is_pipeline_last_stage():
+        losses = [torch.tensor([m["loss"] for m in reduced]).sum().item()]
+        _, global_loss = aggregate_training_statistics(reduced, losses, dp_group)
+        loss = float(global_loss.sum())
+    gradients = local_pieces(model, "grad")
+    updated, _, _ = optimizer.step()
+    return {
+        "loss": loss,
+        "calls": calls,
+        "grad": gradients,
+        "param": local_pieces(model, "param"),
+        "stepped": bool(updated),
+    }
 
 
-def layout_groups(layout: dict[str, Any], rank: int) -> dict[str, Any] | None:
-    """This rank's tensor-, context-, data-parallel and all-ranks groups for ``layout`` (None if
-    it has no part in it). Megatron's rank order: tensor fastest, then context, then data.
-    Every rank creates every group, in the same order (``new_group`` is collective)."""
-    tp, cp, dp = layout["tensor"], layout["context"], layout["data"]
-    size = tp * cp * dp
+def run_layout(layout: dict, spec: dict, weights: dict | None, out: Path) -> dict:
+    """Every loss's step and the log-probs under ``layout``; rank 0 gets them all."""
+    from megatron.core import parallel_state as ps
 
-    def ranks(kind: str) -> list[list[int]]:
-        coordinates = {r: (r % tp, r // tp % cp, r // (tp * cp)) for r in range(size)}
-        axis = {"tensor": 0, "context": 1, "data": 2}[kind]
-        sets: dict[tuple[int, ...], list[int]] = {}
-        for member, coordinate in coordinates.items():
-            rest = coordinate[:axis] + coordinate[axis + 1 :]
-            sets.setdefault(rest, []).append(member)
-        return list(sets.values())
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=layout["tensor"],
+        pipeline_model_parallel_size=layout["pipeline"],
+        context_parallel_size=layout["context"],
+    )
+    try:
+        here = coordinates()
+        model = build(layout, spec, weights)
+        logprobs, unsorted = get_logprobs(model, layout["policy"], spec["batch"])
+        rank_results = {"where": here, "logprobs": logprobs, "unsorted": unsorted, "steps": {}}
+        for loss_name, (loss_fn, train_data) in spec["losses"].items():
+            model = build(layout, spec, weights)
+            try:
+                step = train(model, layout["policy"], loss_fn, train_data)
+            except Exception as error:
+                if not layout.get("may_fail"):
+                    raise
+                frames = traceback.extract_tb(error.__traceback__)
+                step = {
+                    "error": f"{type(error).__name__}: {error}",
+                    "raised_in": [(Path(f.filename).name, f.name) for f in frames],
+                }
+            rank_results["steps"][loss_name] = step
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, rank_results)
+        return combine(everyone, spec) if dist.get_rank() == 0 else {}
+    finally:
+        ps.destroy_model_parallel()
 
-    mine = {}
-    for kind in ("tensor", "context", "data"):
-        for members in ranks(kind):
-            group = dist.new_group(members)
-            if rank in members:
-                mine[kind] = group
-    group = dist.new_group(list(range(size)))
-    if rank < size:
-        mine["all"] = group
-    return mine or None
+
+def combine(ranks: list[dict], spec: dict) -> dict:
+    """Rank 0: the layout's log-probs, and per loss the loss, full gradients, replica gaps."""
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    from nemo_mmpo.cpu.megatron_model import gather_full
+
+    def is_replica_zero(where: dict) -> bool:
+        return where["dp"] == 0 and where["cp"] == 0
+
+    last = {
+        r["where"]["dp"]: r
+        for r in ranks
+        if r["where"]["last"] and r["where"]["tp"] == 0 and r["where"]["cp"] == 0
+    }
+    logprobs = BatchedDataDict.from_batches(
+        [BatchedDataDict(logprobs=last[dp]["logprobs"]) for dp in sorted(last)]
+    )
+    if last[0]["unsorted"] is not None:
+        logprobs.reorder_data(last[0]["unsorted"])
+    combined: dict[str, Any] = {"logprobs": logprobs["logprobs"], "steps": {}}
+    for loss_name in spec["losses"]:
+        steps = [(r["where"], r["steps"][loss_name]) for r in ranks]
+        if "error" in steps[0][1]:  # a layout that may fail did (one rank)
+            combined["steps"][loss_name] = steps[0][1]
+            continue
+        loss = next(step["loss"] for where, step in steps if where["last"])
+        grads = gather_full([step["grad"] for where, step in steps if is_replica_zero(where)])
+        gaps = {}
+        for which in ("grad", "param"):
+            gap = 0.0
+            for where, step in steps:
+                twin = next(
+                    s
+                    for w, s in steps
+                    if is_replica_zero(w) and (w["tp"], w["pp"]) == (where["tp"], where["pp"])
+                )
+                for name, (tensor, _, _) in step[which].items():
+                    gap = max(gap, float((tensor - twin[which][name][0]).abs().max()))
+            gaps[which] = gap
+        params = gather_full([step["param"] for where, step in steps if is_replica_zero(where)])
+        combined["steps"][loss_name] = {
+            "loss": loss,
+            "grad": grads,
+            "param": params,
+            "replica_gap": gaps,
+            "stepped": all(step["stepped"] for _, step in steps),
+            "calls_per_rank": [step["calls"] for _, step in steps],
+        }
+    return combined
+
+
+def prepare_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Path) -> None:
+    """One rank: the seeded one-process model's weights (every layout's) and log-probs."""
+    from megatron.core import parallel_state as ps
+
+    from nemo_mmpo.cpu.megatron_model import local_pieces
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    ps.initialize_model_parallel()
+    (layout,) = launch["layouts"]
+    model = build(layout, spec, None)
+    weights = {name: tensor for name, (tensor, _, _) in local_pieces(model, "param").items()}
+    logprobs, _ = get_logprobs(model, layout["policy"], spec["batch"])
+    torch.save({"weights": weights, "logprobs": logprobs}, out / "prepared.pt")
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+def training_data(spec: dict, logprobs: torch.Tensor) -> dict[str, tuple[Any, Any]]:
+    """Per loss: the loss function and its ``train_data``: ``spec['batch']`` with
+    ``prev_logprobs`` the model's own log-probs plus ``spec['prev_noise']`` (as at a later
+    optimizer step: some ratios are clipped, on both sides), and for ``dmpo`` the penalty's
+    batch terms (what ``grpo_train`` attaches)."""
+    from nemo_mmpo.nemo_rl.dmpo_batch_terms import attach_penalty_terms
+
+    data = spec["batch"].select_indices(list(range(spec["batch"].size)))
+    mask = data["token_mask"].to(logprobs.dtype)
+    prev = torch.zeros_like(data["prev_logprobs"])
+    prev[:, 1:] = ((logprobs[:, 1:] + spec["prev_noise"][:, 1:]) * mask[:, 1:]).to(prev.dtype)
+    data["prev_logprobs"] = prev
+    data["generation_logprobs"] = prev.clone()
+    losses = {}
+    for name, loss_fn in spec["losses"].items():
+        if name == "dmpo":
+            dmpo_data = data.select_indices(list(range(data.size)))
+            attach_penalty_terms(dmpo_data, spec["dmpo_settings"])
+            losses[name] = (loss_fn, dmpo_data)
+        else:
+            losses[name] = (loss_fn, data)
+    return losses
 
 
 def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Path) -> None:
@@ -215,24 +355,10 @@ def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Pa
             world_size=world,
             timeout=timedelta(seconds=COLLECTIVE_TIMEOUT),
         )
-        groups = [layout_groups(layout, rank) for layout in launch["layouts"]]
-        results: dict[tuple[str, str], Any] = {}
-        for layout, mine in zip(launch["layouts"], groups, strict=True):
-            if mine is None:
-                continue
-            megatron_standins.set_groups(mine["tensor"], mine["context"], mine["data"])
-            for loss_name, (loss_fn, train_data) in spec["losses"].items():
-                try:
-                    result = train_step(layout, loss_fn, train_data, spec["logits"], mine)
-                except Exception as error:
-                    if not layout.get("may_fail"):
-                        raise
-                    frames = traceback.extract_tb(error.__traceback__)
-                    result = {
-                        "error": f"{type(error).__name__}: {error}",
-                        "raised_in": [(Path(f.filename).name, f.name) for f in frames],
-                    }
-                results[(layout["name"], loss_name)] = result
+        weights = torch.load(out / "prepared.pt")["weights"]
+        results = {}
+        for layout in launch["layouts"]:
+            results[layout["name"]] = run_layout(layout, spec, weights, out)
         if rank == 0:
             torch.save(results, out / f"launch-{launch['index']}.pt")
         dist.barrier()
@@ -243,48 +369,20 @@ def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Pa
         os._exit(1)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def run_launch(launch: dict, spec: dict, out: Path) -> None:
-    """Fork ``launch['world']`` ranks and wait; if one fails, stop the others and fail."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
-    port = free_port()
-    ranks = [
-        context.Process(target=run_rank, args=(rank, launch["world"], port, launch, spec, out))
-        for rank in range(launch["world"])
-    ]
-    for process in ranks:
-        process.start()
-    while any(process.is_alive() for process in ranks):
-        if any(process.exitcode not in (None, 0) for process in ranks):
-            for process in ranks:
-                if process.is_alive():
-                    process.terminate()
-            break
-        time.sleep(0.05)
-    for process in ranks:
-        process.join()
-    failed = [rank for rank, process in enumerate(ranks) if process.exitcode != 0]
-    if failed:
-        raise SystemExit(f"launch {launch['index']}: rank(s) {failed} failed (see above)")
-
-
 def main() -> None:
     spec_path, out = Path(sys.argv[1]), Path(sys.argv[2])
     torch.set_num_threads(1)  # ranks share two cores; and fork before any thread pool starts
-    megatron_standins.install()
-    megatron_standins.cpu_tensors_for_cuda()
-    # import NeMo-RL once, before forking: the ranks inherit it
+    megatron_cpu.install()
+    # import megatron-core and NeMo-RL once, before forking: the ranks inherit them
     import nemo_rl.models.megatron.data
     import nemo_rl.models.megatron.train
     import nemo_rl.models.policy.lm_policy  # noqa: F401
 
+    import nemo_mmpo.cpu.megatron_model  # noqa: F401
+
     spec = torch.load(spec_path, weights_only=False)
+    reference = spec["launches"][0]["layouts"][0]
+    run_launch({"index": "prepare", "world": 1, "layouts": [reference]}, spec, out, prepare_rank)
+    spec["losses"] = training_data(spec, torch.load(out / "prepared.pt")["logprobs"])
     for launch in spec["launches"]:
-        run_launch(launch, spec, out)
+        run_launch(launch, spec, out, run_rank)

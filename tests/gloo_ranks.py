@@ -1,0 +1,47 @@
+"""Forking gloo ranks on 127.0.0.1 for the tests that run NeMo-RL's distributed code on the CPU.
+
+:func:`run_launch` forks ``launch['world']`` ranks of a target, which meet over gloo at the
+port it picks, and fails (stopping the others) if one fails.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+#: Seconds a rank waits in a collective before gloo gives up (a hang fails instead of waiting).
+COLLECTIVE_TIMEOUT = 120
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_launch(launch: dict, spec: dict, out: Path, target: Any) -> None:
+    """Fork ``launch['world']`` ranks running ``target(rank, world, port, launch, spec, out)``
+    and wait; if one fails, stop the others and fail."""
+    context = multiprocessing.get_context("fork")
+    port = free_port()
+    ranks = [
+        context.Process(target=target, args=(rank, launch["world"], port, launch, spec, out))
+        for rank in range(launch["world"])
+    ]
+    for process in ranks:
+        process.start()
+    while any(process.is_alive() for process in ranks):
+        if any(process.exitcode not in (None, 0) for process in ranks):
+            for process in ranks:
+                if process.is_alive():
+                    process.terminate()
+            break
+        time.sleep(0.05)
+    for process in ranks:
+        process.join()
+    failed = [rank for rank, process in enumerate(ranks) if process.exitcode != 0]
+    if failed:
+        raise SystemExit(f"launch {launch['index']}: rank(s) {failed} failed (see above)")
