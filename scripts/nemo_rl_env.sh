@@ -15,6 +15,11 @@ NEMO_RL_SNAPSHOTS="${NEMO_RL_SNAPSHOTS:-$ROOT/../shared/nemo-rl}"
 NEMO_RL_UNPACKED="$ROOT/.nemo-rl"
 NEMO_RL_REQUIREMENTS="$ROOT/scripts/nemo_rl_requirements.txt"
 
+nemo_rl_write_stamp() {  # writes $1 into file $2 by rename: an environment copied with hard
+    # links (cp -al) keeps its own stamp instead of rewriting the one it shares with the original
+    printf '%s\n' "$1" > "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"
+}
+
 nemo_rl_python() {  # prints a Python 3.13 interpreter, or nothing
     local candidate
     for candidate in "${NEMO_RL_PYTHON:-}" python3.13 "$HOME"/.pyenv/versions/3.13*/bin/python3.13 \
@@ -49,7 +54,7 @@ nemo_rl_unpack() {  # unpacks snapshot $1 into .nemo-rl/nemo-rl-$1 (if needed); 
         # snapshots leave out; an empty module stands in for it (it selects nothing on CPU).
         mkdir -p "$target/tests/unit/_plugins"
         touch "$target/tests/unit/_plugins/__init__.py" "$target/tests/unit/_plugins/remote_select.py"
-        echo "$archive_stamp" > "$target/.nemo-mmpo-stamp"
+        nemo_rl_write_stamp "$archive_stamp" "$target/.nemo-mmpo-stamp"
     fi
     echo "$target"
 }
@@ -66,13 +71,13 @@ nemo_rl_environment() {  # builds or reuses $NEMO_RL_VENV with Python $1; prints
         rm -rf "$NEMO_RL_VENV"
         "$python" -m venv "$NEMO_RL_VENV"
         nemo_rl_quiet_pip install -q --upgrade pip
-        echo "$interpreter" > "$NEMO_RL_VENV/.nemo-mmpo-python"
+        nemo_rl_write_stamp "$interpreter" "$NEMO_RL_VENV/.nemo-mmpo-python"
     fi
     requirements_hash="$(sha256sum "$NEMO_RL_REQUIREMENTS" | cut -d' ' -f1)"
     if [[ "$(cat "$NEMO_RL_VENV/.nemo-mmpo-requirements" 2>/dev/null)" != "$requirements_hash" ]]; then
         echo "nemo-rl environment: installing torch and NeMo-RL's pure-Python dependencies"
         nemo_rl_quiet_pip install -q -r "$NEMO_RL_REQUIREMENTS"
-        echo "$requirements_hash" > "$NEMO_RL_VENV/.nemo-mmpo-requirements"
+        nemo_rl_write_stamp "$requirements_hash" "$NEMO_RL_VENV/.nemo-mmpo-requirements"
     fi
 }
 
@@ -97,9 +102,9 @@ nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; p
         "$(cat "$NEMO_RL_VENV/pyvenv.cfg" | sed -n 's/^executable = //p')" -m venv --without-pip "$overlay"
         base_site="$("$NEMO_RL_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
         overlay_site="$("$overlay/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-        echo "$base_site" > "$overlay_site/_nemo_mmpo_base.pth"
+        nemo_rl_write_stamp "$base_site" "$overlay_site/_nemo_mmpo_base.pth"
         "$overlay/bin/python" -m pip install -q --no-deps -r "$pins" 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
-        echo "$stamp" > "$overlay/.nemo-mmpo-stamp"
+        nemo_rl_write_stamp "$stamp" "$overlay/.nemo-mmpo-stamp"
     fi
     echo "$overlay"
 }
