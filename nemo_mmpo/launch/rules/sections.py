@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_mmpo.cpu.rig_settings import TinySettings, unread_cpu_settings
+from nemo_mmpo.cpu.rig_settings import TinySettings, unread_cpu_settings, vllm_engine_problem
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.protocol import read_settings, unread_evaluation_settings
 from nemo_mmpo.launch.rules.registry import Findings, rule
@@ -42,11 +42,15 @@ def unread_settings(config: dict[str, Any], findings: Findings) -> None:
 
 @rule
 def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
-    """The tiny CPU rig's ``cpu_backend`` section (typed) when it is enabled."""
+    """The tiny CPU rig's ``cpu_backend`` section (typed) when it is enabled; the vLLM engine
+    outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig_settings.vllm_engine_problem`)."""
     section = value(config, "cpu_backend")
     if not section or not section.get("enabled"):
         return
     TinySettings.from_config(section)
+    problem = vllm_engine_problem(config)
+    if problem:
+        findings.errors.append(problem)
 
 
 @rule
