@@ -44,5 +44,6 @@ fi
 export NEMO_RL_PATH="$nemo_rl"
 export PYTHONPATH="$nemo_rl:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export NEMO_RL_PY_EXECUTABLES_SYSTEM=1
-export PATH="$environment/bin:$PATH"
+# the overlay first (its python), then the base environment (the console scripts: ray, ...)
+export PATH="$environment/bin:$NEMO_RL_VENV/bin:$PATH"
 exec "$@"

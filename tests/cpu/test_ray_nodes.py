@@ -46,7 +46,9 @@ from nemo_mmpo.nemo_rl.versions import async_resume_can_stall
 from nemo_mmpo.recipes import load
 
 ROOT = CONFIGS_DIR.parents[1]
-RAY = Path(sys.executable).with_name("ray")  # the CLI of the Ray this interpreter imports
+#: the CLI of the Ray this interpreter imports, run by it (a vLLM overlay environment reaches
+#: its base's Ray through a .pth and has no ``bin/ray`` of its own)
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 ASYNC_RECIPE = "mmpo_tiny_cpu_async.yaml"
 ON_WORKER = "{resources: {worker_node: 0.01}}"
 #: NeMo-RL's actors (trajectory collector, replay buffer, verifier) take 1 logical CPU each.
@@ -79,7 +81,7 @@ class RayNode:
         self.name = name
         self.temp_dir = base / name
         self.log = base / f"{name}.log"
-        command = [str(RAY), "start", "--block", "--disable-usage-stats"]
+        command = [*RAY, "start", "--block", "--disable-usage-stats"]
         command += [f"--temp-dir={self.temp_dir}", f"--num-cpus={LOGICAL_CPUS}", *arguments]
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
