@@ -65,3 +65,16 @@ def master_config_from_recipe(recipe: str, overrides: list[str] = ()) -> object:
     if overrides:
         config = config_module.parse_hydra_overrides(config, list(overrides))
     return grpo.MasterConfig(**OmegaConf.to_container(config, resolve=True))
+
+
+class Console:
+    """Collects what the CPU driver prints for a person (its ``console``), a line each."""
+
+    def __init__(self):
+        self.lines = []
+
+    def write(self, text):
+        self.lines.extend(line for line in text.splitlines() if line)
+
+    def flush(self):
+        pass

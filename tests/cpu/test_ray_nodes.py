@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from nemo_rl_support import CONFIGS_DIR, import_nemo_rl
+from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
@@ -222,17 +222,6 @@ def overrides(run_dir: Path, warm_starts: Path, steps: int) -> list[str]:
         "cpu_backend.warm_start.check_prompts=16",
         f"+cpu_backend.placement={{generation: {ON_WORKER}, environment: {ON_WORKER}}}",
     ]
-
-
-class Console:
-    def __init__(self):
-        self.lines = []
-
-    def write(self, text):
-        self.lines.extend(line for line in text.splitlines() if line)
-
-    def flush(self):
-        pass
 
 
 def actor_nodes(class_name: str, job_id: str | None = None) -> set[str]:

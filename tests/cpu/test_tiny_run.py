@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from nemo_rl_support import CONFIGS_DIR, import_nemo_rl
+from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
 pytestmark = pytest.mark.nemo_rl
 import_nemo_rl("nemo_rl.algorithms.grpo")
@@ -49,19 +49,6 @@ def recipe(tmp_path, warm_starts, name, steps, *extra, config="mmpo_tiny_cpu.yam
         *extra,
     ]
     return load(CONFIGS_DIR / config, overrides).config
-
-
-class Console:
-    """Collects what the driver prints for a person."""
-
-    def __init__(self):
-        self.lines = []
-
-    def write(self, text):
-        self.lines.extend(line for line in text.splitlines() if line)
-
-    def flush(self):
-        pass
 
 
 @pytest.fixture

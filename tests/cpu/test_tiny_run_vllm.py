@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from nemo_rl_support import CONFIGS_DIR, import_nemo_rl
+from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,17 +36,6 @@ from nemo_mmpo.recipes import load
 STEPS = 8
 #: float32 policy and engine, on-policy: NeMo-RL's errors sit at their ideal values to ~1e-6
 ON_POLICY_BOUND = 1e-3
-
-
-class Console:
-    def __init__(self):
-        self.lines = []
-
-    def write(self, text):
-        self.lines.extend(line for line in text.splitlines() if line)
-
-    def flush(self):
-        pass
 
 
 def overrides(tmp_path, warm_starts, steps):
