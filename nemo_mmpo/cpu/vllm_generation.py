@@ -5,7 +5,7 @@
 from the tiny model saved as a Hugging Face folder; vLLM starts from dummy weights, as on a GPU
 node, and takes the policy's weights at the first refit. The CPU shims it needs are installed
 in the Ray workers by :data:`~nemo_mmpo.cpu.vllm_shims.SETUP_HOOK` (pass it to ``ray.init``
-before this runs: :func:`nemo_mmpo.cpu.ray_cluster.ray_session` with ``vllm=True``).
+before this runs: ``ray_session(SETUP_HOOK)``, :func:`nemo_mmpo.cpu.ray_cluster.ray_session`).
 
 Settings NeMo-RL reads from ``policy.generation`` that a CPU engine needs (the recipe sets them;
 :func:`cpu_generation_config` fills them in when absent): ``vllm_cfg.precision: float32``,

@@ -47,8 +47,8 @@ def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     section = value(config, "cpu_backend")
     if not section or not section.get("enabled"):
         return
-    TinySettings.from_config(section)
-    problem = vllm_engine_problem(config)
+    settings = TinySettings.from_config(section)
+    problem = vllm_engine_problem(config) if settings.engine == "vllm" else None
     if problem:
         findings.errors.append(problem)
 
