@@ -82,12 +82,7 @@ def register_estimator(
                 check_group_sizes(groups, need, name)
             return function(groups, objective, **options)
 
-        parameters = list(inspect.signature(function).parameters.values())[2:]
-        defaults = {
-            parameter.name: parameter.default
-            for parameter in parameters
-            if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
-        }
+        defaults = {parameter.name: parameter.default for parameter in _options(function)}
         _REGISTRY[name] = RegisteredEstimator(checked, objective, group_size, defaults)
         return checked
 
@@ -111,12 +106,18 @@ def estimator_options(name: str) -> dict[str, EstimatorOption]:
     """``{option: EstimatorOption}`` of the registered estimator ``name``, from its signature."""
     function = _entry(name).function
     hints = typing.get_type_hints(function)
-    parameters = list(inspect.signature(function).parameters.values())[2:]
     return {
         parameter.name: EstimatorOption(parameter.default, hints[parameter.name])
-        for parameter in parameters
-        if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+        for parameter in _options(function)
     }
+
+
+def _options(function: Estimator) -> list[inspect.Parameter]:
+    """An estimator's options: the parameters after ``(groups, objective)`` that a keyword
+    can set."""
+    parameters = list(inspect.signature(function).parameters.values())[2:]
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [parameter for parameter in parameters if parameter.kind in keyword]
 
 
 def group_size_need(
