@@ -27,13 +27,17 @@ from nemo_mmpo.cpu.megatron_cpu import CPUCoreAttention
 TINY = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 128}
 
 
-def tiny_gpt(vocabulary: int, max_length: int, shape: dict[str, int] | None = None) -> Any:
+def tiny_gpt(vocabulary: int, max_length: int, shape: dict[str, Any] | None = None) -> Any:
     """This rank's part of the tiny model, wrapped in megatron-core's DDP (gradients summed over
     data and context parallel, as NeMo-RL configures it: ``average_in_collective=False``,
     ``calculate_per_token_loss=True``), with megatron-core's ``finalize_model_grads`` as the
-    schedule's last step. Needs ``parallel_state`` initialized."""
+    schedule's last step. ``shape``: ``TransformerConfig`` settings and ``rotary_base``
+    (default :data:`TINY`; a Llama's: :func:`nemo_mmpo.cpu.megatron_llama.llama_settings`). Needs ``parallel_state``
+    initialized."""
+    shape = dict(shape or TINY)
+    rotary_base = shape.pop("rotary_base", 10000)  # GPTModel's, not TransformerConfig's
     config = TransformerConfig(
-        **(shape or TINY),
+        **{"add_bias_linear": False, **shape},
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
         pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
         context_parallel_size=parallel_state.get_context_parallel_world_size(),
@@ -42,13 +46,12 @@ def tiny_gpt(vocabulary: int, max_length: int, shape: dict[str, int] | None = No
         pipeline_dtype=torch.float32,
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        add_bias_linear=False,
         calculate_per_token_loss=True,
         perform_initialization=True,
         variable_seq_lengths=True,  # packed micro-batches differ in length
         moe_token_dispatcher_type="alltoall",  # the only one allowing that (no MoE here)
     )
-    spec = get_gpt_layer_local_spec()
+    spec = get_gpt_layer_local_spec(normalization=shape.get("normalization"))
     spec.submodules.self_attention.submodules.core_attention = CPUCoreAttention
     model = GPTModel(
         config=config,
@@ -59,6 +62,7 @@ def tiny_gpt(vocabulary: int, max_length: int, shape: dict[str, int] | None = No
         post_process=parallel_state.is_pipeline_last_stage(),
         share_embeddings_and_output_weights=False,
         position_embedding_type="rope",
+        rotary_base=rotary_base,
     )
     ddp = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True,
@@ -83,11 +87,32 @@ def global_name(model: Any, name: str) -> str:
     return name.removeprefix("module.").replace(match.group(0), f"decoder.layers.{number}.", 1)
 
 
-def _shard(parameter: torch.Tensor) -> int | None:
-    """The dimension a tensor-parallel parameter is split along, or None if replicated."""
-    if getattr(parameter, "tensor_model_parallel", False):
-        return parameter.partition_dim
-    return None
+#: the split of a gated linear unit's ``linear_fc1`` (gate then up, each split across ranks)
+GATED = "gated"
+
+
+def _shard(model: Any, name: str, parameter: torch.Tensor) -> int | str | None:
+    """The dimension a tensor-parallel parameter is split along, :data:`GATED` for a gated
+    MLP's ``linear_fc1`` (each rank holds its part of the gate, then its part of up), or None
+    if replicated."""
+    if not getattr(parameter, "tensor_model_parallel", False):
+        return None
+    if name.endswith("mlp.linear_fc1.weight") and model.module.config.gated_linear_unit:
+        return GATED
+    return parameter.partition_dim
+
+
+def _split(tensor: torch.Tensor, dim: int | str, parts: int, part: int) -> torch.Tensor:
+    if dim == GATED:
+        return torch.cat([half.chunk(parts)[part] for half in tensor.chunk(2)])
+    return tensor.chunk(parts, dim=dim)[part]
+
+
+def _join(shards: list[torch.Tensor], dim: int | str) -> torch.Tensor:
+    if dim == GATED:
+        halves = [shard.chunk(2) for shard in shards]
+        return torch.cat([half[0] for half in halves] + [half[1] for half in halves])
+    return torch.cat(shards, dim)
 
 
 @torch.no_grad()
@@ -97,26 +122,26 @@ def load_full(model: Any, full: dict[str, torch.Tensor]) -> None:
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     for name, parameter in model.named_parameters():
         tensor = full[global_name(model, name)]
-        dim = _shard(parameter)
+        dim = _shard(model, name, parameter)
         if dim is not None:
-            tensor = tensor.chunk(tp, dim=dim)[tp_rank]
+            tensor = _split(tensor, dim, tp, tp_rank)
         parameter.copy_(tensor)
 
 
-def local_pieces(model: Any, which: str) -> dict[str, tuple[torch.Tensor, int | None, int]]:
+def local_pieces(model: Any, which: str) -> dict[str, tuple[torch.Tensor, Any, int]]:
     """``{global name: (tensor, split dim, tensor-parallel rank)}`` of this rank's ``which``:
     ``"param"`` or ``"grad"`` (megatron-core's DDP keeps gradients in ``main_grad``)."""
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     pieces = {}
     for name, parameter in model.named_parameters():
         tensor = parameter.detach() if which == "param" else parameter.main_grad
-        pieces[global_name(model, name)] = (tensor.clone(), _shard(parameter), tp_rank)
+        pieces[global_name(model, name)] = (tensor.clone(), _shard(model, name, parameter), tp_rank)
     return pieces
 
 
-def gather_full(pieces: list[dict[str, tuple[torch.Tensor, int | None, int]]]) -> dict:
+def gather_full(pieces: list[dict[str, tuple[torch.Tensor, Any, int]]]) -> dict:
     """Full tensors by global name from the pieces of the ranks of one data/context replica."""
-    by_name: dict[str, dict[int, tuple[torch.Tensor, int | None]]] = {}
+    by_name: dict[str, dict[int, tuple[torch.Tensor, Any]]] = {}
     for rank_pieces in pieces:
         for name, (tensor, dim, tp_rank) in rank_pieces.items():
             by_name.setdefault(name, {})[tp_rank] = (tensor, dim)
@@ -124,5 +149,5 @@ def gather_full(pieces: list[dict[str, tuple[torch.Tensor, int | None, int]]]) -
     for name, shards in by_name.items():
         ordered = [shards[rank] for rank in sorted(shards)]
         dim = ordered[0][1]
-        full[name] = ordered[0][0] if dim is None else torch.cat([t for t, _ in ordered], dim)
+        full[name] = ordered[0][0] if dim is None else _join([t for t, _ in ordered], dim)
     return full
