@@ -17,12 +17,17 @@ when it is unset), ``env_vars.VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; vLLM-CP
 from __future__ import annotations
 
 import copy
+import zlib
 from pathlib import Path
 from typing import Any
 
+from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 from nemo_rl.models.generation import configure_generation_config
 from nemo_rl.models.generation.vllm import VllmGeneration
+
+from nemo_mmpo.cpu.sampling import encode_prompts
+from nemo_mmpo.cpu.vllm_shims import ROW_SAMPLER_KEY
 
 #: vLLM-CPU's KV cache, GiB (its default is 4): the tiny task needs a few MiB.
 KV_CACHE_GIB = "1"
@@ -73,9 +78,72 @@ def save_for_vllm(model: Any, tokenizer: Any, model_dir: str | Path) -> Path:
     return model_dir
 
 
+def row_seed(seed: int, row: int) -> int:
+    """vLLM's per-request seed for row ``row`` of an evaluation seeded ``seed`` (each sample of
+    a prompt draws its own tokens; the same call samples the same texts)."""
+    return zlib.crc32(f"{seed} {row}".encode())
+
+
+class CPUVllmGeneration(VllmGeneration):
+    """NeMo-RL's ``VllmGeneration``, unmodified, plus :meth:`sample_texts`: the paper's
+    evaluation inside NeMo-RL's loop through the same engine and weights (the training
+    rollouts go through NeMo-RL's own ``generate``)."""
+
+    tokenizer: Any = None
+
+    def sample_rows(
+        self,
+        prompts: list[str],
+        samples: int,
+        seed: int,
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+    ) -> tuple[BatchedDataDict, BatchedDataDict]:
+        """``(data, outputs)`` of NeMo-RL's ``generate`` on ``samples`` rows per prompt, each
+        row carrying the given sampler and its own seed
+        (:data:`~nemo_mmpo.cpu.vllm_shims.ROW_SAMPLER_KEY`; the worker's CPU shim turns them
+        into one vLLM parameter set per row)."""
+        rows = [prompt for prompt in prompts for _ in range(samples)]
+        input_ids, lengths = encode_prompts(self.tokenizer, rows)
+        sampler = {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens}
+        data = BatchedDataDict(
+            {
+                "input_ids": input_ids,
+                "input_lengths": lengths,
+                ROW_SAMPLER_KEY: [
+                    dict(sampler, seed=row_seed(seed, row)) for row in range(len(rows))
+                ],
+            }
+        )
+        return data, self.generate(data, greedy=False)
+
+    def sample_texts(
+        self, prompts: list[str], samples: int, seed: int, **sampler: Any
+    ) -> list[list[str]]:
+        """``samples`` decoded responses per prompt (end-of-sequence removed) at the given
+        sampler (``temperature``, ``top_p``, ``max_new_tokens``): :meth:`sample_rows`."""
+        data, outputs = self.sample_rows(prompts, samples, seed, **sampler)
+        texts = self.tokenizer.batch_decode(
+            [
+                outputs["output_ids"][row, start : start + int(length)].tolist()
+                for row, (start, length) in enumerate(
+                    zip(
+                        data["input_lengths"].tolist(),
+                        outputs["generation_lengths"].tolist(),
+                        strict=True,
+                    )
+                )
+            ],
+            skip_special_tokens=True,
+        )
+        return [texts[index * samples : (index + 1) * samples] for index in range(len(prompts))]
+
+
 def cpu_vllm_generation(
     policy: Any, generation_config: dict[str, Any], name: str = "vllm_policy"
-) -> VllmGeneration:
+) -> CPUVllmGeneration:
     """NeMo-RL's ``VllmGeneration`` (one CPU bundle) for ``generation_config`` (from
     :func:`cpu_generation_config`), told the policy's refit info as NeMo-RL's ``setup()``
     does; its weights are dummy until the first refit (``refit_policy_generation``)."""
@@ -86,7 +154,8 @@ def cpu_vllm_generation(
         max_colocated_worker_groups=1,
         name=f"{name}_cluster",
     )
-    generation = VllmGeneration(cluster=cluster, config=generation_config, name_prefix=name)
+    generation = CPUVllmGeneration(cluster=cluster, config=generation_config, name_prefix=name)
+    generation.tokenizer = policy.tokenizer
     generation.cluster = cluster  # shut down with it (see shutdown_generation)
     generation.prepare_refit_info(policy.prepare_refit_info())
     return generation

@@ -24,6 +24,13 @@ NeMo-RL's ``VllmGeneration`` and its Ray worker (``VllmGenerationWorker``, with
   ``load_weights`` fails on vLLM-CPU after the first load: it repacks linear layers for its CPU
   kernels); ``init_collective`` makes no NCCL group.
 
+One addition, not a CPU fix: the worker's ``generate`` honours a per-row sampler carried in the
+data under :data:`ROW_SAMPLER_KEY` (temperature, top-p, max tokens and a seed per row), so the
+paper's evaluation (T 0.6, top-p 0.95) samples through the same engine inside NeMo-RL's loop
+(:meth:`nemo_mmpo.cpu.vllm_generation.CPUVllmGeneration.sample_texts`). NeMo-RL builds its
+sampling parameters from ``policy.generation`` only; rows without the key (every training
+batch) are sampled exactly as NeMo-RL samples them.
+
 The shims go into every Ray worker process through Ray's ``worker_process_setup_hook``
 (:func:`install_on_import`, named by :data:`SETUP_HOOK`): they are applied when NeMo-RL's vLLM
 modules are imported there, so a process that never imports them (the math environment) pays
@@ -46,6 +53,9 @@ _WORKER = "nemo_rl.models.generation.vllm.vllm_worker"
 _ASYNC_WORKER = "nemo_rl.models.generation.vllm.vllm_worker_async"
 _BACKEND = "nemo_rl.models.generation.vllm.vllm_backend"
 _PATCHED = "_nemo_mmpo_cpu_shim"
+#: the data key of a batch whose rows carry their own sampler: one dict per row with
+#: ``temperature``, ``top_p``, ``max_new_tokens`` and ``seed`` (vLLM's per-request seed)
+ROW_SAMPLER_KEY = "nemo_mmpo_row_sampler"
 
 
 def _without_sleep_mode(create_engine: Callable) -> Callable:
@@ -67,6 +77,65 @@ def _gpu_ids_or_cpu(get_gpu_ids: Callable) -> Callable:
     return gpu_ids
 
 
+class _RowSamplers:
+    """What the worker's ``self.llm`` and ``self.SamplingParams`` become for one ``generate``
+    call whose rows carry their own sampler: NeMo-RL builds its parameters as always (stop
+    tokens and strings, log-probs), with the rows' temperature, top-p and max tokens, and vLLM
+    gets one parameter set per row, each with the row's seed."""
+
+    def __init__(self, llm: Any, make_parameters: Callable, rows: list[dict[str, Any]]) -> None:
+        self.llm, self.make_parameters, self.rows = llm, make_parameters, rows
+        self.settings: dict[int, dict[str, Any]] = {}  # id(parameters) -> NeMo-RL's arguments
+
+    def parameters(self, **settings: Any) -> Any:
+        first = self.rows[0]
+        settings.update(
+            temperature=first["temperature"],
+            top_p=first["top_p"],
+            max_tokens=first["max_new_tokens"],
+        )
+        made = self.make_parameters(**settings)
+        self.settings[id(made)] = settings
+        return made
+
+    def generate(self, prompts: list, parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        each = parameters if isinstance(parameters, list) else [parameters] * len(prompts)
+        per_row = [
+            self.make_parameters(
+                **dict(
+                    self.settings[id(made)],
+                    temperature=row["temperature"],
+                    top_p=row["top_p"],
+                    max_tokens=row["max_new_tokens"],
+                    seed=row["seed"],
+                )
+            )
+            for made, row in zip(each, self.rows, strict=True)
+        ]
+        return self.llm.generate(prompts, per_row, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.llm, name)
+
+
+def _with_row_samplers(generate: Callable) -> Callable:
+    """The worker's ``generate(data, greedy)``, honouring :data:`ROW_SAMPLER_KEY` in ``data``."""
+
+    def generate_with_row_samplers(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = data.get(ROW_SAMPLER_KEY) if hasattr(data, "get") else None
+        if not rows:
+            return generate(self, data, *args, **kwargs)
+        llm, make_parameters = self.llm, self.SamplingParams
+        samplers = _RowSamplers(llm, make_parameters, list(rows))
+        self.llm, self.SamplingParams = samplers, samplers.parameters
+        try:
+            return generate(self, data, *args, **kwargs)
+        finally:
+            self.llm, self.SamplingParams = llm, make_parameters
+
+    return generate_with_row_samplers
+
+
 def _shim_workers(module: Any) -> None:
     """Every ``_create_engine`` defined in ``module`` (sync or async worker) without sleep mode;
     the worker's NUMA binding (``vllm_worker.py:196``, keyed by ``ray.get_gpu_ids()[0]``, empty
@@ -83,6 +152,12 @@ def _shim_workers(module: Any) -> None:
             shimmed = _without_sleep_mode(method)
             setattr(shimmed, _PATCHED, True)
             cls._create_engine = shimmed
+        method = vars(cls).get("generate")
+        if module.__name__ == _WORKER and method is not None:
+            if not getattr(method, _PATCHED, False):
+                shimmed = _with_row_samplers(method)
+                setattr(shimmed, _PATCHED, True)
+                cls.generate = shimmed
 
 
 def _classes(module: Any) -> list[type]:

@@ -10,9 +10,11 @@ evaluate_step`. It returns what NeMo-RL's ``validate`` returns, so NeMo-RL logs 
 them (``checkpointing.metric_name: val:paper/average``); ``accuracy`` stays, pooled.
 
 The engine must sample with settings of its own: ``sample_texts(prompts, samples, seed,
-temperature=, top_p=, max_new_tokens=)`` (the CPU engines). NeMo-RL's vLLM engines sample with
-the training settings fixed at start-up, so GPU recipes evaluate their checkpoints alongside
-training with ``nemo-mmpo eval watch`` instead (``evaluation.in_loop: false``).
+temperature=, top_p=, max_new_tokens=)`` (the CPU engines, NeMo-RL's ``VllmGeneration`` on CPU
+included: :class:`nemo_mmpo.cpu.vllm_generation.CPUVllmGeneration`). NeMo-RL's vLLM engines on
+a GPU sample with the training settings fixed at start-up, so GPU recipes evaluate their
+checkpoints alongside training with ``nemo-mmpo eval watch`` instead
+(``evaluation.in_loop: false``).
 """
 
 from __future__ import annotations

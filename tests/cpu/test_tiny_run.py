@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from in_loop_evaluation import check_in_loop_evaluations
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
 pytestmark = pytest.mark.nemo_rl
@@ -89,55 +90,6 @@ def spies(monkeypatch):
     monkeypatch.setattr(CPUPolicy, "train", recording_train)
     monkeypatch.setattr(CPUPolicy, "__init__", recording_init)
     return calls
-
-
-def check_the_evaluations(run_dir: Path, console: Console) -> None:
-    """The paper's evaluation ran inside NeMo-RL's loop at steps 0, 5 and 10: what NeMo-RL's
-    logger wrote to TensorBoard equals ``nemo-mmpo eval report`` on the same rollouts; NeMo-RL's
-    checkpoint manager recorded the paper's average for its selection; a person saw it."""
-    from nemo_mmpo.eval.metrics import pass_at_k
-    from nemo_mmpo.eval.report import load_runs, write_report
-
-    evaluation = run_dir / "logs" / "evaluation"
-    for step in (0, 5, 10):
-        rollouts = evaluation / f"step_{step}.jsonl"
-        runs = load_runs([f"step{step}={rollouts}"], progress=False)
-        report = json.loads(write_report(runs, run_dir / "report").with_suffix(".json").read_text())
-        logged = {
-            key: value
-            for key in (
-                "average",
-                "accuracy",
-                "never_solved",
-                *(f"arithmetic/pass@{k}" for k in (1, 2, 4)),
-            )
-            for (at, value) in reward_curve(run_dir / "logs", f"validation/paper/{key}")
-            if at == step
-        }
-        # the report's pass@1 is the mean over problems of correct / samples: avg@n
-        theirs = report["pass_at_k"][f"step{step}"]["arithmetic"]
-        assert logged["average"] == pytest.approx(theirs["pass@1"], rel=1e-6)
-        assert logged["accuracy"] == pytest.approx(theirs["pass@1"], rel=1e-6)
-        for k in (1, 4):  # the report's table has k = 1, 4, 8, 16 (those <= 4 samples here)
-            assert logged[f"arithmetic/pass@{k}"] == pytest.approx(theirs[f"pass@{k}"], rel=1e-6)
-        counts = runs[f"step{step}"]  # pass@2: the report's pass@k on the report's counts
-        assert logged["arithmetic/pass@2"] == pytest.approx(
-            float(pass_at_k(counts.samples, counts.correct, 2).mean()), rel=1e-6
-        )
-        assert logged["never_solved"] == pytest.approx(
-            report["first_success"][f"step{step}"]["never_solved"], rel=1e-6, abs=1e-9
-        )
-        gini = {row["alpha"]: row["gini"][f"step{step}"] for row in report["gini"]}
-        numbers = json.loads((evaluation / f"step_{step}.json").read_text())
-        assert numbers["gini"]["alpha_0"] == pytest.approx(gini[0.0], rel=1e-9)
-        assert numbers["gini"]["alpha_0.1"] == pytest.approx(gini[0.1], rel=1e-9)
-        assert len(rollouts.read_text().splitlines()) == 240 * 4  # every problem, 4 samples
-    checkpoint = run_dir / "checkpoints" / "step_10" / "training_info.json"
-    recorded = json.loads(checkpoint.read_text())["val:paper/average"]
-    assert recorded == pytest.approx(
-        json.loads((evaluation / "step_10.json").read_text())["average"]
-    )
-    assert sum("evaluation at step" in line for line in console.lines) == 3
 
 
 @pytest.mark.one_snapshot  # CI time: the other two runs print progress lines on both
@@ -223,7 +175,9 @@ def test_short_tiny_run_trains_on_the_core_advantages_and_resumes(
     assert [step for step, _ in success] == list(range(1, 11))
     assert [value for _, value in success] == pytest.approx(rewards.tolist())
 
-    check_the_evaluations(tmp_path / "run", console)
+    check_in_loop_evaluations(tmp_path / "run", steps=(0, 5, 10), samples=4)
+    # a person saw each
+    assert sum("evaluation at step" in line for line in console.lines) == 3
 
     # resume: the same command with more steps continues from step 10 (an epoch's end)
     resumed_from = len(spies["estimator"])

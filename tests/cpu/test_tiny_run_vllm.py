@@ -6,7 +6,9 @@ policy computes log-probs with, both float32, refit before every generation), so
 ``token_mult_prob_error`` is 1 and ``gen_kl_error`` 0 up to float32 rounding (measured on
 v0.7.0: 1 + 1.2e-7 and 2e-9 at each of three steps; the bound 1e-3 is float32 numerics with a
 wide margin, not a threshold read off a run);
-a second run of the same command resumes at the saved step with vLLM in the loop.
+a second run of the same command resumes at the saved step with vLLM in the loop; the paper's
+evaluation inside the loop (through the same engine, at its own sampler) logs what
+``nemo-mmpo eval report`` computes from its rollouts, and the checkpoint records it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from in_loop_evaluation import check_in_loop_evaluations
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +39,8 @@ from nemo_mmpo.recipes import load
 STEPS = 8
 #: float32 policy and engine, on-policy: NeMo-RL's errors sit at their ideal values to ~1e-6
 ON_POLICY_BOUND = 1e-3
+#: the paper's evaluation every 4 steps (and at step 0), 4 samples per held-out problem
+EVALUATION = ["grpo.val_period=4", "evaluation.samples=4"]
 
 
 def overrides(tmp_path, warm_starts, steps):
@@ -45,6 +50,7 @@ def overrides(tmp_path, warm_starts, steps):
         f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
         f"logger.log_dir={tmp_path / 'logs'}",
         f"cpu_backend.warm_start_cache={warm_starts}",
+        *EVALUATION,
     ]
 
 
@@ -106,6 +112,9 @@ def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_s
     assert all(abs(value) < ON_POLICY_BOUND for value in kl.values()), kl
     rewards = [value for _, value in reward_curve(logs, "train/reward")]
     assert 0 < sum(rewards) / len(rewards) < 1  # graded samples, mixed outcomes
+    # the last evaluation (the resumed run's) through vLLM at the paper's sampler
+    check_in_loop_evaluations(tmp_path, steps=(STEPS,), samples=4)
+    assert any(f"evaluation at step {STEPS}:" in line for line in console.lines)
 
 
 @pytest.mark.parametrize(

