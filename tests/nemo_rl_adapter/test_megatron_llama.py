@@ -5,8 +5,8 @@ What holds by construction: the converted ``GPTModel`` computes the Llama's func
 logits equal the Llama's on the same tokens, one process or split over two tensor-parallel
 gloo ranks (float32, other kernels and summation orders: measured 3.3e-7 and 4.2e-7 on
 logits of spread 0.24, bound 1e-4); the conversion is a re-layout, so Megatron -> Hugging Face
-gives back every tensor bit for bit, also from the two ranks' shards. The layouts themselves, without megatron-core:
-``tests/test_megatron_llama_layout.py``.
+gives back every tensor bit for bit, also from the two ranks' shards. The layouts themselves,
+without megatron-core: ``tests/test_megatron_llama_layout.py``.
 """
 
 from __future__ import annotations
