@@ -7,7 +7,7 @@ megatron-core and NeMo-RL once, then for each launch forks ``world`` ranks that 
 127.0.0.1. For each layout (tensor x pipeline x context x data = world), every rank runs
 megatron-core's ``initialize_model_parallel``, builds its part of the tiny ``GPTModel``
 (:mod:`nemo_mmpo.cpu.megatron_model`) from the same one-process weights, and does what NeMo-RL's
-``Policy`` and ``MegatronPolicyWorker`` do:
+``Policy`` and ``MegatronPolicyWorker`` do (:mod:`nemo_mmpo.cpu.megatron_step`):
 
 - ``get_logprobs``: ``Policy._shard_for_logprob``, ``get_microbatch_iterator``,
   ``LogprobsPostProcessor`` through ``megatron_forward_backward`` (forward only), the shards put
@@ -32,7 +32,6 @@ import sys
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -52,34 +51,6 @@ PLACE_KEY = "mtp_loss_mask"
 def token_places(input_ids: torch.Tensor) -> torch.Tensor:
     """``[batch, seq_len]`` each token's place in the flattened batch, plus one."""
     return torch.arange(1, input_ids.numel() + 1).reshape(input_ids.shape)
-
-
-def policy_sharding(cfg: dict[str, Any], dp_size: int) -> SimpleNamespace:
-    """What ``Policy._shard_for_train`` reads: the attributes ``Policy.__init__`` sets."""
-    state = SimpleNamespace(
-        cfg=cfg,
-        data_parallel_size=dp_size,
-        use_dynamic_batches=cfg["dynamic_batching"]["enabled"],
-        use_sequence_packing=cfg["sequence_packing"]["enabled"],
-    )
-    if state.use_dynamic_batches:
-        state.dynamic_batching_args = {
-            "input_key": "input_ids",
-            "input_lengths_key": "input_lengths",
-            "sequence_length_round": cfg["dynamic_batching"]["sequence_length_round"],
-            "max_tokens_per_microbatch": 0,
-        }
-    if state.use_sequence_packing:
-        state.sequence_packing_args = {
-            "algorithm": cfg["sequence_packing"]["algorithm"],
-            "input_key": "input_ids",
-            "input_lengths_key": "input_lengths",
-            "sequence_length_pad_multiple": cfg["make_sequence_length_divisible_by"],
-        }
-        if cfg["sequence_packing"].get("microbatch_order") is not None:  # main's option
-            order = cfg["sequence_packing"]["microbatch_order"]
-            state.sequence_packing_args["microbatch_order"] = order
-    return state
 
 
 def coordinates() -> dict[str, Any]:
@@ -107,38 +78,11 @@ def build(layout: dict, spec: dict, weights: dict | None) -> Any:
 
 
 def get_logprobs(model: Any, cfg: dict, data: Any) -> Any:
-    """``Policy.get_logprobs`` + ``MegatronPolicyWorker.get_logprobs`` on this rank: the
-    log-probs of its data-parallel shard (last pipeline stage; None elsewhere) and the shards'
-    inverse permutation."""
-    from megatron.core import parallel_state as ps
-    from nemo_rl.models.megatron.data import get_microbatch_iterator
-    from nemo_rl.models.megatron.train import LogprobsPostProcessor, megatron_forward_backward
-    from nemo_rl.models.policy.lm_policy import Policy
+    """``Policy.get_logprobs`` + ``MegatronPolicyWorker.get_logprobs`` on this rank
+    (:func:`nemo_mmpo.cpu.megatron_step.logprobs`)."""
+    from nemo_mmpo.cpu import megatron_step
 
-    policy = policy_sharding(cfg, ps.get_data_parallel_world_size())
-    shards, unsorted = Policy._shard_for_logprob(policy, data)
-    shard = shards[ps.get_data_parallel_rank()]
-    model.eval()
-    with torch.no_grad():
-        iterator, count, mbs, seq_length, padded = get_microbatch_iterator(
-            shard, cfg, cfg["logprob_batch_size"], straggler_timer=None
-        )
-        results = megatron_forward_backward(
-            model=model,
-            data_iterator=iterator,
-            num_microbatches=count,
-            seq_length=padded,
-            mbs=mbs,
-            post_processing_fn=LogprobsPostProcessor(cfg=cfg),
-            forward_only=True,
-        )
-    if not ps.is_pipeline_last_stage():
-        return None, unsorted
-    pieces = [
-        torch.nn.functional.pad(r["logprobs"], (0, seq_length - r["logprobs"].shape[1]))
-        for r in results
-    ]
-    return torch.cat(pieces), unsorted
+    return megatron_step.logprobs(model, cfg, data)
 
 
 def record_calls(model: Any) -> list[dict[str, Any]]:
@@ -161,62 +105,34 @@ def record_calls(model: Any) -> list[dict[str, Any]]:
 
 
 def train(model: Any, cfg: dict, loss_fn: Any, train_data: Any) -> dict[str, Any]:
-    """One ``Policy.train`` step (one global batch) and megatron-core's optimizer step."""
-    from megatron.core import parallel_state as ps
+    """One ``Policy.train`` step (one global batch) and megatron-core's Adam step
+    (:func:`nemo_mmpo.cpu.megatron_step.train_step`), recording what the model was given and
+    the reduced gradients before the step."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from nemo_rl.models.megatron.data import get_microbatch_iterator, process_global_batch
-    from nemo_rl.models.megatron.train import (
-        LossPostProcessor,
-        aggregate_training_statistics,
-        megatron_forward_backward,
-    )
-    from nemo_rl.models.policy.lm_policy import Policy
 
+    from nemo_mmpo.cpu import megatron_step
     from nemo_mmpo.cpu.megatron_model import local_pieces
 
-    gbs, mbs = cfg["train_global_batch_size"], cfg["train_micro_batch_size"]
-    dp_group = ps.get_data_parallel_group()
-    dp_size = ps.get_data_parallel_world_size()
-    data = Policy._shard_for_train(policy_sharding(cfg, dp_size), train_data, gbs)[
-        ps.get_data_parallel_rank()
-    ]
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, clip_grad=1.0, params_dtype=torch.float32),
         [model],
     )
     calls = record_calls(model)
-    model.train()
-    model.zero_grad_buffer()
-    optimizer.zero_grad()
-    gb = process_global_batch(
-        data, loss_fn=loss_fn, dp_group=dp_group, batch_idx=0, batch_size=gbs // dp_size
+    gradients: dict[str, Any] = {}
+    step = megatron_step.train_step(
+        model,
+        optimizer,
+        cfg,
+        loss_fn,
+        train_data,
+        before_optimizer_step=lambda: gradients.update(local_pieces(model, "grad")),
     )
-    iterator, count, micro_batch_size, _, padded = get_microbatch_iterator(
-        gb["batch"], cfg, mbs, straggler_timer=None
-    )
-    reduced = megatron_forward_backward(
-        model=model,
-        data_iterator=iterator,
-        num_microbatches=count,
-        seq_length=padded,
-        mbs=micro_batch_size,
-        post_processing_fn=LossPostProcessor(loss_fn=loss_fn, cfg=cfg, num_microbatches=count),
-        global_valid_seqs=gb["global_valid_seqs"],
-        global_valid_toks=gb["global_valid_toks"],
-    )
-    loss = None
-    if ps.is_pipeline_last_stage():
-        losses = [torch.tensor([m["loss"] for m in reduced]).sum().item()]
-        _, global_loss = aggregate_training_statistics(reduced, losses, dp_group)
-        loss = float(global_loss.sum())
-    gradients = local_pieces(model, "grad")
-    updated, _, _ = optimizer.step()
     return {
-        "loss": loss,
+        "loss": step["loss"],
         "calls": calls,
         "grad": gradients,
         "param": local_pieces(model, "param"),
-        "stepped": bool(updated),
+        "stepped": step["stepped"],
     }
 
 
@@ -378,7 +294,8 @@ def main() -> None:
     import nemo_rl.models.megatron.train
     import nemo_rl.models.policy.lm_policy  # noqa: F401
 
-    import nemo_mmpo.cpu.megatron_model  # noqa: F401
+    import nemo_mmpo.cpu.megatron_model
+    import nemo_mmpo.cpu.megatron_step  # noqa: F401
 
     spec = torch.load(spec_path, weights_only=False)
     reference = spec["launches"][0]["layouts"][0]
