@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from in_loop_evaluation import check_in_loop_evaluations
+from learning_check import check_fifty_steps_learn
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,3 +127,13 @@ def test_vllm_engine_outside_colocated_grpo_train_is_refused_by_name(grpo, coloc
     master = {"grpo": grpo, "policy": {"generation": {"colocated": {"enabled": colocated}}}}
     with pytest.raises(MMPOInputError, match=r"cpu_backend\.engine=vllm"):
         driver._vllm_engine(None, master)
+
+
+@pytest.mark.one_snapshot
+def test_fifty_vllm_steps_raise_the_expected_success_of_the_training_problems(
+    tmp_path, tiny_warm_starts
+):
+    """The transformers engine's learning check (``tests/learning_check.py``), with NeMo-RL's
+    vLLM generation sampling the rollouts; its margin holds over the vLLM spread's seeds
+    (docs/cpu-rig.md)."""
+    check_fifty_steps_learn("mmpo_tiny_cpu_vllm.yaml", tmp_path, tiny_warm_starts)
