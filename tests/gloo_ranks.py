@@ -1,7 +1,7 @@
 """Forking gloo ranks on 127.0.0.1 for the tests that run NeMo-RL's distributed code on the CPU.
 
 :func:`run_launch` forks ``launch['world']`` ranks of a target, which meet over gloo at the
-port it picks, and fails (stopping the others) if one fails.
+port it picks (:func:`join`), and fails (stopping the others) if one fails.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,19 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def join(rank: int, world: int, port: int) -> None:
+    """This rank's ``torch.distributed`` gloo group with the launch's other ranks."""
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=COLLECTIVE_TIMEOUT),
+    )
 
 
 def run_launch(launch: dict, spec: dict, out: Path, target: Any) -> None:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import COLLECTIVE_TIMEOUT, run_launch
+from gloo_ranks import join, run_launch
 
 from nemo_mmpo.cpu import megatron_cpu
 
@@ -58,13 +57,7 @@ def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Pa
         from nemo_mmpo.cpu.megatron_llama import hf_to_megatron, llama_settings, megatron_to_hf
         from nemo_mmpo.cpu.megatron_model import gather_full, load_full, local_pieces, tiny_gpt
 
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT),
-        )
+        join(rank, world, port)
         megatron_cpu.cpu_rng_tracker(SEED)
         ps.initialize_model_parallel(tensor_model_parallel_size=world)
         hf = torch.load(out / "hf.pt")

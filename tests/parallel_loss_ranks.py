@@ -30,13 +30,12 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import COLLECTIVE_TIMEOUT, run_launch
+from gloo_ranks import join, run_launch
 
 from nemo_mmpo.cpu import megatron_cpu
 
@@ -227,7 +226,7 @@ def prepare_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out
 
     from nemo_mmpo.cpu.megatron_model import local_pieces
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    join(0, 1, port)
     ps.initialize_model_parallel()
     (layout,) = launch["layouts"]
     model = build(layout, spec, None)
@@ -264,13 +263,7 @@ def training_data(spec: dict, logprobs: torch.Tensor) -> dict[str, tuple[Any, An
 
 def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Path) -> None:
     try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT),
-        )
+        join(rank, world, port)
         weights = torch.load(out / "prepared.pt")["weights"]
         results = {}
         for layout in launch["layouts"]:
