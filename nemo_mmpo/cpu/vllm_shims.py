@@ -139,7 +139,8 @@ def _with_row_samplers(generate: Callable) -> Callable:
 def _shim_workers(module: Any) -> None:
     """Every ``_create_engine`` defined in ``module`` (sync or async worker) without sleep mode;
     the worker's NUMA binding (``vllm_worker.py:196``, keyed by ``ray.get_gpu_ids()[0]``, empty
-    on a CPU actor) answered with nothing to bind."""
+    on a CPU actor) answered with nothing to bind; the sync worker's ``generate`` honouring
+    per-row samplers (:data:`ROW_SAMPLER_KEY`)."""
     import ray
     from nemo_rl.distributed import numa_utils
 
