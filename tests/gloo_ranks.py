@@ -1,14 +1,17 @@
 """Forking gloo ranks on 127.0.0.1 for the tests that run NeMo-RL's distributed code on the CPU.
 
-:func:`run_launch` forks ``launch['world']`` ranks of a target, which meet over gloo at the
-port it picks (:func:`join`), and fails (stopping the others) if one fails.
+:func:`run_launch` forks ``launch['world']`` ranks of a target, each in a gloo group with the
+others at the port it picks (:func:`join`), and fails (stopping the others) if one fails.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import socket
+import sys
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,13 +39,29 @@ def join(rank: int, world: int, port: int) -> None:
     )
 
 
+def _rank(target: Any, rank: int, world: int, port: int, launch: dict, spec: dict, out: Path):
+    """One forked rank: join the group, run ``target``, leave with the others; an error is
+    printed and ends the rank with status 1 (:func:`run_launch` then stops the rest)."""
+    import torch.distributed as dist
+
+    try:
+        join(rank, world, port)
+        target(rank, world, launch, spec, out)
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+
+
 def run_launch(launch: dict, spec: dict, out: Path, target: Any) -> None:
-    """Fork ``launch['world']`` ranks running ``target(rank, world, port, launch, spec, out)``
-    and wait; if one fails, stop the others and fail."""
+    """Fork ``launch['world']`` ranks running ``target(rank, world, launch, spec, out)`` in one
+    gloo group and wait; if one fails, stop the others and fail."""
     context = multiprocessing.get_context("fork")
     port = free_port()
     ranks = [
-        context.Process(target=target, args=(rank, launch["world"], port, launch, spec, out))
+        context.Process(target=_rank, args=(target, rank, launch["world"], port, launch, spec, out))
         for rank in range(launch["world"])
     ]
     for process in ranks:

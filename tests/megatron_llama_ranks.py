@@ -13,14 +13,12 @@ writes ``OUT/tp<N>.pt``.
 
 from __future__ import annotations
 
-import os
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import join, run_launch
+from gloo_ranks import run_launch
 
 from nemo_mmpo.cpu import megatron_cpu
 
@@ -50,50 +48,41 @@ def hugging_face(out: Path) -> None:
     )
 
 
-def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Path) -> None:
-    try:
-        from megatron.core import parallel_state as ps
+def run_rank(rank: int, world: int, launch: dict, spec: dict, out: Path) -> None:
+    from megatron.core import parallel_state as ps
 
-        from nemo_mmpo.cpu.megatron_llama import hf_to_megatron, llama_settings, megatron_to_hf
-        from nemo_mmpo.cpu.megatron_model import gather_full, load_full, local_pieces, tiny_gpt
+    from nemo_mmpo.cpu.megatron_llama import hf_to_megatron, llama_settings, megatron_to_hf
+    from nemo_mmpo.cpu.megatron_model import gather_full, load_full, local_pieces, tiny_gpt
 
-        join(rank, world, port)
-        megatron_cpu.cpu_rng_tracker(SEED)
-        ps.initialize_model_parallel(tensor_model_parallel_size=world)
-        hf = torch.load(out / "hf.pt")
-        config = hf["config"]
-        input_ids = hf["input_ids"]
-        model = tiny_gpt(
-            config["vocab_size"], config["max_position_embeddings"], llama_settings(config)
+    megatron_cpu.cpu_rng_tracker(SEED)
+    ps.initialize_model_parallel(tensor_model_parallel_size=world)
+    hf = torch.load(out / "hf.pt")
+    config = hf["config"]
+    input_ids = hf["input_ids"]
+    model = tiny_gpt(
+        config["vocab_size"], config["max_position_embeddings"], llama_settings(config)
+    )
+    load_full(model, hf_to_megatron(hf["weights"], config))
+    model.eval()
+    length = input_ids.shape[1]
+    causal = torch.triu(torch.ones(length, length, dtype=torch.bool), 1)[None, None]
+    positions = torch.arange(length)[None].expand_as(input_ids)
+    with torch.no_grad():
+        local = model(input_ids, positions, causal)  # [batch, seq, vocabulary / tp]
+    shards = [torch.empty_like(local) for _ in range(world)]
+    dist.all_gather(shards, local.contiguous(), group=ps.get_tensor_model_parallel_group())
+    pieces = [None] * world
+    dist.all_gather_object(pieces, local_pieces(model, "param"))
+    if rank == 0:
+        full = gather_full(pieces)
+        torch.save(
+            {
+                "logits": torch.cat(shards, dim=-1),
+                "round_trip": megatron_to_hf(full, config),
+            },
+            out / f"tp{world}.pt",
         )
-        load_full(model, hf_to_megatron(hf["weights"], config))
-        model.eval()
-        length = input_ids.shape[1]
-        causal = torch.triu(torch.ones(length, length, dtype=torch.bool), 1)[None, None]
-        positions = torch.arange(length)[None].expand_as(input_ids)
-        with torch.no_grad():
-            local = model(input_ids, positions, causal)  # [batch, seq, vocabulary / tp]
-        shards = [torch.empty_like(local) for _ in range(world)]
-        dist.all_gather(shards, local.contiguous(), group=ps.get_tensor_model_parallel_group())
-        pieces = [None] * world
-        dist.all_gather_object(pieces, local_pieces(model, "param"))
-        if rank == 0:
-            full = gather_full(pieces)
-            torch.save(
-                {
-                    "logits": torch.cat(shards, dim=-1),
-                    "round_trip": megatron_to_hf(full, config),
-                    "local_names": sorted(pieces[0]),
-                },
-                out / f"tp{world}.pt",
-            )
-        dist.barrier()
-        ps.destroy_model_parallel()
-        dist.destroy_process_group()
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+    ps.destroy_model_parallel()
 
 
 def main() -> None:

@@ -27,7 +27,6 @@ data/context replicas' gradients and, after the step, their parameters.
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import join, run_launch
+from gloo_ranks import run_launch
 
 from nemo_mmpo.cpu import megatron_cpu
 
@@ -220,13 +219,12 @@ def combine(ranks: list[dict], spec: dict) -> dict:
     return combined
 
 
-def prepare_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Path) -> None:
+def prepare_rank(rank: int, world: int, launch: dict, spec: dict, out: Path) -> None:
     """One rank: the seeded one-process model's weights (every layout's) and log-probs."""
     from megatron.core import parallel_state as ps
 
     from nemo_mmpo.cpu.megatron_model import local_pieces
 
-    join(0, 1, port)
     ps.initialize_model_parallel()
     (layout,) = launch["layouts"]
     model = build(layout, spec, None)
@@ -234,7 +232,6 @@ def prepare_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out
     logprobs, _ = get_logprobs(model, layout["policy"], spec["batch"])
     torch.save({"weights": weights, "logprobs": logprobs}, out / "prepared.pt")
     ps.destroy_model_parallel()
-    dist.destroy_process_group()
 
 
 def training_data(spec: dict, logprobs: torch.Tensor) -> dict[str, tuple[Any, Any]]:
@@ -261,21 +258,13 @@ def training_data(spec: dict, logprobs: torch.Tensor) -> dict[str, tuple[Any, An
     return losses
 
 
-def run_rank(rank: int, world: int, port: int, launch: dict, spec: dict, out: Path) -> None:
-    try:
-        join(rank, world, port)
-        weights = torch.load(out / "prepared.pt")["weights"]
-        results = {}
-        for layout in launch["layouts"]:
-            results[layout["name"]] = run_layout(layout, spec, weights, out)
-        if rank == 0:
-            torch.save(results, out / f"launch-{launch['index']}.pt")
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+def run_rank(rank: int, world: int, launch: dict, spec: dict, out: Path) -> None:
+    weights = torch.load(out / "prepared.pt")["weights"]
+    results = {}
+    for layout in launch["layouts"]:
+        results[layout["name"]] = run_layout(layout, spec, weights, out)
+    if rank == 0:
+        torch.save(results, out / f"launch-{launch['index']}.pt")
 
 
 def main() -> None:
