@@ -103,10 +103,11 @@ def generate(engine, **batch):
         generation.finish_generation()
 
 
-def logprob_gap(policy, data, outputs) -> float:
-    """Largest |vLLM's - the policy's| log-prob over the generated tokens."""
+def logprob_gap(policy, data, outputs, temperature=TEMPERATURE) -> float:
+    """Largest |vLLM's - the policy's| log-prob over the generated tokens (the policy's at
+    ``temperature``)."""
     ours = token_logprobs(
-        policy.model, outputs["output_ids"], outputs["unpadded_sequence_lengths"], TEMPERATURE
+        policy.model, outputs["output_ids"], outputs["unpadded_sequence_lengths"], temperature
     )
     mask = torch.zeros_like(ours, dtype=torch.bool)
     for row, start in enumerate(data["input_lengths"].tolist()):
@@ -182,14 +183,8 @@ def test_an_evaluation_samples_at_its_own_settings_through_the_same_engine(engin
     policy, generation, tokenizer = engine
     refit(engine)
     data, outputs = evaluation_rows(engine, seed=1)
-    evaluation = EVALUATION["temperature"]
-    ours = token_logprobs(
-        policy.model, outputs["output_ids"], outputs["unpadded_sequence_lengths"], evaluation
-    )
-    mask = torch.zeros_like(ours, dtype=torch.bool)
-    for row, start in enumerate(data["input_lengths"].tolist()):
-        mask[row, start : int(outputs["unpadded_sequence_lengths"][row])] = True
-    assert float((ours - outputs["logprobs"])[mask].abs().max()) < LOGPROB_TOLERANCE
+    gap = logprob_gap(policy, data, outputs, EVALUATION["temperature"])
+    assert gap < LOGPROB_TOLERANCE
     assert int(outputs["generation_lengths"].max()) <= EVALUATION["max_new_tokens"]
     texts = tokenizer.batch_decode(
         [
