@@ -87,11 +87,16 @@ for ref in "${refs[@]}"; do
     [[ "$ref" == "v0.7.0" || -n "${NEMO_RL_PATH:-}" ]] || selection="nemo_rl and not one_snapshot"
     NEMO_RL_PATH="$nemo_rl" PYTHONPATH="$nemo_rl:$ROOT" NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
         NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" \
-        "$python_for_ref" -m pytest tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
+        "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py \
+        tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
         -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
         "${extra_pytest[@]}" >"$log" 2>&1
     code=$?
     set -e
+    if [[ $code -gt 128 ]]; then  # killed by a signal: say which, and where (faulthandler)
+        echo "nemo-rl $ref: the pytest process was killed by signal $((code - 128)) (exit $code); log: $log"
+        grep -A 30 -E '^Fatal Python error' "$log" || true
+    fi
     summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped)' "$log" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')"
     if [[ $code -ne 0 ]]; then
         grep -E '^(FAILED|ERROR) ' "$log" || tail -n 40 "$log"
