@@ -33,33 +33,43 @@ class Quiet:
         pass
 
 
+def fifty_step_overrides(tmp_path: Path, warm_starts: Path) -> list[str]:
+    """A tiny recipe's overrides for the check: 50 steps, no evaluation, a checkpoint at the
+    end, seed 0 from the shared warm-start cache."""
+    return [
+        "grpo.max_num_steps=50",
+        "grpo.val_period=0",
+        "grpo.val_at_start=false",
+        "evaluation.enabled=false",
+        "checkpointing.save_period=50",
+        "checkpointing.metric_name=null",
+        f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
+        f"logger.log_dir={tmp_path / 'logs'}",
+        f"cpu_backend.warm_start_cache={warm_starts}",
+    ]
+
+
 def check_fifty_steps_learn(recipe: str, tmp_path: Path, warm_starts: Path) -> None:
     """Run ``recipe`` (a file of ``examples/configs``) for 50 steps, seed 0, from the shared
     warm-start cache, and check the gain in expected success."""
+    from nemo_mmpo.cpu import driver
+    from nemo_mmpo.recipes import load
+
+    config = load(CONFIGS_DIR / recipe, fifty_step_overrides(tmp_path, warm_starts)).config
+    summary = driver.run(config, console=Quiet())
+    check_gain(recipe, config, summary, warm_starts)
+
+
+def check_gain(recipe: str, config: dict, summary: dict, warm_starts: Path) -> None:
+    """The run's last checkpoint (``summary``, from the driver) beats its warm start's
+    expected success on the first 512 training problems by more than :data:`MARGIN`."""
     from transformers import LlamaForCausalLM
 
-    from nemo_mmpo.cpu import driver
     from nemo_mmpo.cpu.measure import expected_success
     from nemo_mmpo.cpu.model import char_tokenizer
     from nemo_mmpo.cpu.rig_settings import TinySettings
     from nemo_mmpo.cpu.task import AdditionTask
-    from nemo_mmpo.recipes import load
 
-    config = load(
-        CONFIGS_DIR / recipe,
-        [
-            "grpo.max_num_steps=50",
-            "grpo.val_period=0",
-            "grpo.val_at_start=false",
-            "evaluation.enabled=false",
-            "checkpointing.save_period=50",
-            "checkpointing.metric_name=null",
-            f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
-            f"logger.log_dir={tmp_path / 'logs'}",
-            f"cpu_backend.warm_start_cache={warm_starts}",
-        ],
-    ).config
-    summary = driver.run(config, console=Quiet())
     settings = TinySettings.from_config(config["cpu_backend"])
     spec = settings.warm_start_spec(config["policy"]["generation"])
     info = Path(warm_starts) / spec.key() / "warm_start.json"

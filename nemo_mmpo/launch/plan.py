@@ -71,12 +71,23 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
             )
         model = cpu.get("model") or {}
         band = cpu.get("warm_start") or {}
+        policy = "nemo-mmpo CPU policy (driver process)"
+        optimizer = "AdamW"
+        if cpu.get("policy") == "megatron":
+            _, tensor, pipeline, context = _parallel_layout(config)
+            ranks = cpu.get("megatron_ranks", 2)
+            policy = (
+                f"megatron-core GPTModel on {ranks} rank actors (gloo; tensor {tensor} x "
+                f"pipeline {pipeline} x context {context} x data "
+                f"{ranks // max(1, tensor * pipeline * context)}), NeMo-RL's Megatron train step"
+            )
+            optimizer = "megatron-core Adam"
         return [
             "cluster: this machine's CPUs (no GPU)",
-            f"training: {_mode(config)} in NeMo-RL's {trainer}, nemo-mmpo CPU policy (driver "
-            f"process): tiny Llama, hidden {model.get('hidden_size')} x "
-            f"{model.get('num_layers')} layers, AdamW lr {cpu.get('learning_rate')}, warm start "
-            f"until sampled success is in [{band.get('target_low')}, {band.get('target_high')}]",
+            f"training: {_mode(config)} in NeMo-RL's {trainer}, {policy}: tiny Llama, hidden "
+            f"{model.get('hidden_size')} x {model.get('num_layers')} layers, {optimizer} lr "
+            f"{cpu.get('learning_rate')}, warm start until sampled success is in "
+            f"[{band.get('target_low')}, {band.get('target_high')}]",
             generation,
         ]
     nodes = value(config, "cluster.num_nodes", 1)

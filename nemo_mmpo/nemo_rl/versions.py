@@ -39,6 +39,32 @@ def fused_packing_overruns_rows(nemo_rl_root: Path) -> bool:
     return False
 
 
+def pipeline_stages_divided_by_temperature(nemo_rl_root: Path) -> bool:
+    """Whether this checkout's Megatron forward step divides every pipeline stage's output by
+    the sampler's temperature.
+
+    ``forward_with_post_processing_fn`` (``nemo_rl/models/megatron/train.py``) calls
+    ``apply_temperature_scaling`` on the model's output before the loss or log-prob
+    post-processor; on a stage other than the last that output is the hidden state handed to the
+    next stage, so under pipeline parallel with ``policy.generation.temperature != 1`` each
+    stage boundary divides the residual stream too and the log-probs are not those of the model
+    vLLM samples from (v0.7.0 and main of 2026-08-22; pinned in
+    ``tests/cpu/test_megatron_policy.py``). A checkout whose function tests the pipeline stage
+    (``is_pipeline_last_stage``) has a fix.
+    """
+    source = nemo_rl_root / "nemo_rl" / "models" / "megatron" / "train.py"
+    if not source.is_file():
+        return False
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef) and node.name == "forward_with_post_processing_fn":
+            names = {
+                ast.unparse(n) for n in ast.walk(node) if isinstance(n, ast.Name | ast.Attribute)
+            }
+            scales = any(name.endswith("apply_temperature_scaling") for name in names)
+            return scales and not any(name.endswith("is_pipeline_last_stage") for name in names)
+    return False
+
+
 #: NeMo-RL's fix of the async resume deadlock (merged after v0.7.0).
 ASYNC_RESUME_FIX = "NVIDIA-NeMo/RL#3066"
 

@@ -13,19 +13,13 @@ evaluation inside the loop (through the same engine, at its own sampler) logs wh
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from in_loop_evaluation import check_in_loop_evaluations
+from killed_runs import run_until_step_then_kill
 from learning_check import check_fifty_steps_learn
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.nemo_rl
 import_nemo_rl("vllm")
@@ -55,39 +49,18 @@ def overrides(tmp_path, warm_starts, steps):
     ]
 
 
-def run_until_step_then_kill(tmp_path, warm_starts, steps, kill_after, timeout_s=900):
-    """The recipe's command in its own process group, killed with SIGKILL once it has printed
-    step ``kill_after`` (later than the checkpoint of step 2); returns its terminal output."""
-    command = [
-        sys.executable,
-        str(ROOT / "examples" / "run_mmpo_math.py"),
-        "--config",
-        str(CONFIGS_DIR / "mmpo_tiny_cpu_vllm.yaml"),
-        *overrides(tmp_path, warm_starts, steps),
-    ]
-    output = tmp_path / "killed_run.txt"
-    with output.open("w") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
-        )
-        deadline = time.monotonic() + timeout_s
-        try:
-            while f"step    {kill_after}/{steps}" not in output.read_text():
-                assert process.poll() is None, output.read_text()[-3000:]
-                assert time.monotonic() < deadline, output.read_text()[-3000:]
-                time.sleep(1)
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=60)
-    return output.read_text()
-
-
 def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_starts):
     """Killed once step 3 is printed, with 8 steps to go: the kill lands after step 2's
     checkpoint and long before the end (how many steps finish between the print and the kill
     depends on the machine's speed), and the same command resumes from the newest checkpoint
     it finds and finishes."""
-    killed = run_until_step_then_kill(tmp_path, tiny_warm_starts, steps=STEPS, kill_after=3)
+    killed = run_until_step_then_kill(
+        "mmpo_tiny_cpu_vllm.yaml",
+        overrides(tmp_path, tiny_warm_starts, STEPS),
+        tmp_path,
+        steps=STEPS,
+        kill_after=3,
+    )
     assert "step    2/8" in killed
     assert (tmp_path / "checkpoints" / "step_2").is_dir()
     assert not (tmp_path / "checkpoints" / f"step_{STEPS}").exists()

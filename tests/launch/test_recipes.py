@@ -489,6 +489,56 @@ def test_the_v0_7_0_checkout_is_recognised_by_its_code(checkout):
     assert fused_packing_overruns_rows(checkout)
 
 
+def pipeline_temperature_warnings(recipe: str, overrides: list[str]) -> list[str]:
+    loaded = load_run_config(ROOT / "examples" / "configs" / recipe, overrides)
+    return [w for w in check(loaded.config).warnings if "divides every pipeline stage" in w]
+
+
+PP2 = "policy.megatron_cfg.pipeline_model_parallel_size=2"
+
+
+def test_pipeline_parallel_below_temperature_one_is_warned_about(checkout):
+    """NeMo-RL's Megatron forward step divides each stage's output by the temperature
+    (``pipeline_stages_divided_by_temperature``; ``tests/cpu/test_megatron_policy.py`` shows
+    the log-probs it then computes), so PP > 1 with T != 1 is named, with the fix; at the
+    paper's T = 1, with PP = 1, or with the CPU rig's own policy there is nothing to say."""
+    from nemo_mmpo.nemo_rl.versions import pipeline_stages_divided_by_temperature
+
+    gpu, cpu = "mmpo_math_qwen3_1.7b.yaml", "mmpo_tiny_cpu_megatron.yaml"
+    warnings = pipeline_temperature_warnings(gpu, [PP2, "policy.generation.temperature=0.7"])
+    if not pipeline_stages_divided_by_temperature(checkout):
+        assert warnings == []
+        pytest.skip(f"{checkout}'s Megatron forward step scales the last stage only")
+    assert len(warnings) == 1
+    assert warnings[0].startswith(
+        "policy.megatron_cfg.pipeline_model_parallel_size=2 with policy.generation.temperature=0.7"
+    )
+    assert "Use policy.generation.temperature=1.0" in warnings[0]
+    megatron_rig = [PP2, "policy.megatron_cfg.tensor_model_parallel_size=1"]
+    assert (
+        len(
+            pipeline_temperature_warnings(cpu, [*megatron_rig, "policy.generation.temperature=0.7"])
+        )
+        == 1
+    )
+    for recipe, overrides in (
+        (gpu, [PP2]),  # the paper's temperature 1.0
+        (gpu, ["policy.generation.temperature=0.7"]),  # one stage
+        (
+            cpu,
+            [*megatron_rig, "cpu_backend.policy=transformers", "policy.generation.temperature=0.7"],
+        ),
+    ):
+        assert pipeline_temperature_warnings(recipe, overrides) == []
+
+
+def test_a_megatron_split_that_does_not_divide_the_cpu_ranks_is_refused():
+    recipe = ROOT / "examples/configs/mmpo_tiny_cpu_megatron.yaml"
+    assert not check(load_run_config(recipe).config).errors
+    errors = check(load_run_config(recipe, ["cpu_backend.megatron_ranks=3"]).config).errors
+    assert any("cpu_backend.megatron_ranks=3 is not a multiple" in e for e in errors), errors
+
+
 def async_resume_warnings(recipe: str) -> list[str]:
     loaded = load_run_config(ROOT / "examples" / "configs" / recipe)
     return [warning for warning in check(loaded.config).warnings if "resumed" in warning]

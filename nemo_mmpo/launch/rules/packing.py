@@ -1,4 +1,5 @@
-"""Rules on sequence packing: the padding NeMo-RL's fused packed path needs."""
+"""Rules on NeMo-RL's Megatron data path: the padding its fused packed loss needs, and the
+temperature its forward step applies at every pipeline stage."""
 
 from __future__ import annotations
 
@@ -55,4 +56,36 @@ def fused_sequence_packing(config: dict[str, Any], findings: Findings) -> None:
         "than the rows. Set policy.sequence_packing.fuse_loss=false (the per-sequence loss "
         "wrapper: same loss and gradient), or use a NeMo-RL whose _pack_input_ids clamps the "
         "copy to the row (main does)"
+    )
+
+
+def _megatron_trains(config: dict[str, Any]) -> bool:
+    """Whether NeMo-RL's Megatron path trains: its GPU workers, or the CPU rig's Megatron
+    policy (the rig's own policy reads no ``megatron_cfg``)."""
+    cpu = value(config, "cpu_backend") or {}
+    if cpu.get("enabled"):
+        return cpu.get("policy") == "megatron"
+    return bool(value(config, "policy.megatron_cfg.enabled", False))
+
+
+@rule
+def pipeline_temperature(config: dict[str, Any], findings: Findings) -> None:
+    """Pipeline parallel with a sampler temperature other than 1, on a NeMo-RL whose Megatron
+    forward step divides every stage's output (the hidden state between stages too) by it."""
+    stages = value(config, "policy.megatron_cfg.pipeline_model_parallel_size", 1)
+    temperature = value(config, "policy.generation.temperature", 1.0)
+    if not _megatron_trains(config) or not isinstance(stages, int) or stages < 2:
+        return
+    if temperature is None or float(temperature) == 1.0:
+        return
+    root = find_nemo_rl_root()
+    if root is None or not versions.pipeline_stages_divided_by_temperature(root):
+        return
+    findings.warnings.append(
+        f"policy.megatron_cfg.pipeline_model_parallel_size={stages} with "
+        f"policy.generation.temperature={temperature}: the Megatron forward step of the NeMo-RL "
+        f"at {root} (forward_with_post_processing_fn) divides every pipeline stage's output by "
+        "the temperature, the hidden state handed to the next stage too, so the log-probs and "
+        "the loss are not those of the model vLLM samples from (token_mult_prob_error off 1). "
+        "Use policy.generation.temperature=1.0 (the paper's) or pipeline_model_parallel_size=1"
     )

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_mmpo.cpu.rig_settings import TinySettings, unread_cpu_settings, vllm_engine_problem
+from nemo_mmpo.cpu.rig_settings import (
+    Layout,
+    TinySettings,
+    unread_cpu_settings,
+    vllm_engine_problem,
+)
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.protocol import read_settings, unread_evaluation_settings
 from nemo_mmpo.launch.rules.registry import Findings, rule
@@ -43,11 +48,14 @@ def unread_settings(config: dict[str, Any], findings: Findings) -> None:
 @rule
 def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     """The tiny CPU rig's ``cpu_backend`` section (typed) when it is enabled; the vLLM engine
-    outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig_settings.vllm_engine_problem`)."""
+    outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig_settings.vllm_engine_problem`);
+    a Megatron layout that does not divide ``megatron_ranks``."""
     section = value(config, "cpu_backend")
     if not section or not section.get("enabled"):
         return
     settings = TinySettings.from_config(section)
+    if settings.policy == "megatron":
+        Layout.from_config(value(config, "policy") or {}, settings.megatron_ranks)
     problem = vllm_engine_problem(config) if settings.engine == "vllm" else None
     if problem:
         findings.errors.append(problem)
