@@ -146,3 +146,36 @@ def test_a_report_is_made_again_from_its_run_records_alone(tmp_path, runs, monke
     shutil.rmtree(first / "runs")  # two folders recording one seed: refused
     with pytest.raises(comparison.MMPOInputError, match="'grpo' seed 0 finished in both"):
         comparison.finished_runs([first, again])
+
+
+def test_a_study_continues_from_committed_records_seed_by_seed(tmp_path, monkeypatch):
+    """``study run`` skips a seed whose every method is recorded (``records/``, no run folder:
+    another machine ran it, as under docs/results/) and runs the others; a seed recorded in
+    part is refused, naming the methods and the fix (its runs here would start from another
+    warm start). Nothing is trained: ``run_recipe`` is recorded, not run."""
+    import json
+
+    from nemo_mmpo import MMPOInputError
+    from nemo_mmpo.study import runner
+    from nemo_mmpo.study.comparison import record_path
+
+    ran = []
+
+    def run_recipe(folder, recipe, overrides, record):
+        ran.append((record["method"], record["seed"]))
+        return {**record, "seconds": 0.0}
+
+    monkeypatch.setattr(runner, "run_recipe", run_recipe)
+    plan = runner.StudyPlan(methods=("grpo", "mmpo"), seeds=(0, 1))
+    for method in plan.methods:
+        path = record_path(tmp_path, method, 0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(run_record(method, 0, [0.5, 0.25], 0)))
+    lines = []
+    runner.run_study(tmp_path, plan, log=lines.append)
+    assert ran == [("grpo", 1), ("mmpo", 1)]
+    assert sum("recorded in" in line for line in lines) == 2
+
+    record_path(tmp_path, "mmpo", 0).unlink()
+    with pytest.raises(MMPOInputError, match=r"seed 0: grpo recorded .* mmpo not"):
+        runner.run_study(tmp_path, plan, log=lines.append)

@@ -6,7 +6,10 @@ every ``eval_every`` steps on the 240 held-out problems (16 samples at temperatu
 0.95). Runs are paired: every method of a seed starts from the same warm start (one cache for
 the study) and sees the same problems in the same order. Seed by seed, so a study cut short
 still holds complete pairs. A finished run is skipped; an interrupted one resumes from its
-newest checkpoint (:func:`nemo_mmpo.cpu.runs.run_recipe`).
+newest checkpoint (:func:`nemo_mmpo.cpu.runs.run_recipe`). A run recorded in the study folder's
+``records/`` with no run folder (a study continued from committed records, such as
+``docs/results/``) is skipped too, and ``study report`` reads its record; a seed is either
+recorded whole or run whole here, so that its methods share one warm start.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from nemo_mmpo.cpu.runs import TINY_RECIPE, finished, run_recipe
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.study.comparison import record_path
 from nemo_mmpo.study.methods import ALL_METHODS, METHODS
 
 
@@ -75,7 +79,11 @@ def run_study(out: Path, plan: StudyPlan, log: Any = print) -> list[dict[str, An
     """Every (seed, method) run not finished yet; returns every run's record."""
     records = []
     for seed in plan.seeds:
+        recorded = _recorded_elsewhere(out, seed, plan)
         for method in plan.methods:
+            if recorded:
+                log(f"study: {method} seed {seed}: recorded in {record_path(out, method, seed)}")
+                continue
             folder = run_dir(out, method, seed)
             done = finished(folder) is not None
             record = run_recipe(
@@ -90,3 +98,25 @@ def run_study(out: Path, plan: StudyPlan, log: Any = print) -> list[dict[str, An
             )
             records.append(record)
     return records
+
+
+def _recorded_elsewhere(out: Path, seed: int, plan: StudyPlan) -> bool:
+    """Whether every method of ``seed`` is recorded in ``out/records`` without a run folder
+    (a seed another machine ran: skipped); a seed only partly recorded is refused, since the
+    methods run here would start from another warm start than the recorded ones."""
+    recorded = [
+        method
+        for method in plan.methods
+        if record_path(out, method, seed).is_file() and not run_dir(out, method, seed).exists()
+    ]
+    if not recorded:
+        return False
+    if len(recorded) < len(plan.methods):
+        missing = [method for method in plan.methods if method not in recorded]
+        raise MMPOInputError(
+            f"seed {seed}: {', '.join(recorded)} recorded in {out / 'records'} with no run "
+            f"folder, {', '.join(missing)} not: the runs made here would start from another "
+            "warm start than the recorded ones. Run the seed whole here (remove its records) "
+            "or record it whole"
+        )
+    return True
