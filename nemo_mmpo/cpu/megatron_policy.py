@@ -389,10 +389,12 @@ class MegatronCPUPolicy(DriverSidePolicy):
         self.steps = int(record["steps"])
 
     def shutdown(self) -> bool:
-        """The ranks leave their group and stop."""
+        """The ranks leave their group and stop (a rank that cannot leave, after an error, is
+        stopped all the same: this runs while the run's own error is being raised)."""
         try:
             ray.get([rank.leave.remote() for rank in self.ranks], timeout=60)
-        finally:
-            for rank in self.ranks:
-                ray.kill(rank)
+        except Exception:  # a dead or stuck rank: the kill below ends it
+            pass
+        for rank in self.ranks:
+            ray.kill(rank)
         return True
