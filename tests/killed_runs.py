@@ -42,3 +42,33 @@ def run_until_step_then_kill(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
     return output.read_text()
+
+
+#: float32 policy and engine, on-policy: NeMo-RL's errors sit at their ideal values to ~1e-6
+ON_POLICY_BOUND = 1e-3
+
+
+def check_resumed(lines: list[str], summary: dict, steps: int) -> int:
+    """The driver's printed ``lines`` of the resumed run: it resumed from an even step (a
+    checkpoint every 2 steps) at or after step 2, printed every later step once, and ended with
+    the checkpoint of ``steps``. Returns the step it resumed from."""
+    (resume_line,) = [line for line in lines if "resuming from" in line]
+    start = int(resume_line.rsplit("step_", 1)[1].split()[0].rstrip("/):,."))
+    assert start >= 2 and start % 2 == 0, resume_line
+    progress = [line.split()[1] for line in lines if line.startswith("step ")]
+    assert progress == [f"{step}/{steps}" for step in range(start + 1, steps + 1)]
+    assert Path(summary["checkpoint"]).parent.parent.name == f"step_{steps}"
+    return start
+
+
+def check_on_policy(logs: Path, first: int, last: int) -> None:
+    """NeMo-RL's ``token_mult_prob_error`` within :data:`ON_POLICY_BOUND` of 1 and
+    ``gen_kl_error`` of 0 at every logged step, steps ``first`` to ``last`` among them (a
+    killed run's last events may be lost unflushed)."""
+    from nemo_mmpo.cpu.curves import reward_curve
+
+    errors = dict(reward_curve(logs, "train/token_mult_prob_error"))
+    kl = dict(reward_curve(logs, "train/gen_kl_error"))
+    assert set(range(first, last + 1)) <= set(errors)
+    assert all(abs(value - 1.0) < ON_POLICY_BOUND for value in errors.values()), errors
+    assert all(abs(value) < ON_POLICY_BOUND for value in kl.values()), kl

@@ -305,9 +305,6 @@ class MegatronCPUPolicy(DriverSidePolicy):
             logprobs.reorder_data(unsorted)
         return logprobs
 
-    def get_reference_policy_logprobs(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-        return BatchedDataDict({"reference_logprobs": self.get_logprobs(data)["logprobs"]})
-
     # --- training ---------------------------------------------------------------------------
     def train(
         self,

@@ -34,10 +34,14 @@ class SingleRank:
 class DriverSidePolicy(ColocatablePolicyInterface):
     """NeMo-RL's policy interface with what GPU workers do around training (placement,
     offloading, weight streaming, asynchronous saves, FP8 calibration) as no-ops, for a policy
-    that lives in the driver process. Subclasses implement ``get_logprobs``,
-    ``get_reference_policy_logprobs``, ``train`` and ``save_checkpoint``."""
+    driven from the driver process; the reference policy's log-probs are the policy's.
+    Subclasses implement ``get_logprobs``, ``train`` and ``save_checkpoint``."""
 
     sharding_annotations = SingleRank()
+
+    def get_reference_policy_logprobs(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        """The reference policy is the policy (no KL term is computed against another)."""
+        return BatchedDataDict({"reference_logprobs": self.get_logprobs(data)["logprobs"]})
 
     def get_topk_logits(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("a driver-side policy serves no top-k logits (distillation)")
@@ -137,9 +141,6 @@ class CPUPolicy(DriverSidePolicy):
                 self.model, data["input_ids"], data["input_lengths"], self.temperature
             )
         return BatchedDataDict({"logprobs": values})
-
-    def get_reference_policy_logprobs(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-        return BatchedDataDict({"reference_logprobs": self.get_logprobs(data)["logprobs"]})
 
     # --- training --------------------------------------------------------------------------
     def train(

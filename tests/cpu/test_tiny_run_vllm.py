@@ -13,11 +13,9 @@ evaluation inside the loop (through the same engine, at its own sampler) logs wh
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from in_loop_evaluation import check_in_loop_evaluations
-from killed_runs import run_until_step_then_kill
+from killed_runs import check_on_policy, check_resumed, run_until_step_then_kill
 from learning_check import check_fifty_steps_learn
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
@@ -32,8 +30,6 @@ from nemo_mmpo.recipes import load
 
 #: the killed run's length: step 3's print comes long before its end on any machine
 STEPS = 8
-#: float32 policy and engine, on-policy: NeMo-RL's errors sit at their ideal values to ~1e-6
-ON_POLICY_BOUND = 1e-3
 #: the paper's evaluation every 4 steps (and at step 0), 4 samples per held-out problem
 EVALUATION = ["grpo.val_period=4", "evaluation.samples=4"]
 
@@ -70,20 +66,9 @@ def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_s
     resumed = driver.run(
         load(CONFIGS_DIR / "mmpo_tiny_cpu_vllm.yaml", overridden).config, console=console
     )
-    (resume_line,) = [line for line in console.lines if "resuming from" in line]
-    start = int(resume_line.rsplit("step_", 1)[1].split()[0].rstrip("/):,."))
-    assert start >= 2 and start % 2 == 0, resume_line
-    progress = [line.split()[1] for line in console.lines if line.startswith("step ")]
-    assert progress == [f"{step}/{STEPS}" for step in range(start + 1, STEPS + 1)]
-    assert Path(resumed["checkpoint"]).parent.parent.name == f"step_{STEPS}"
-
+    start = check_resumed(console.lines, resumed, STEPS)
     logs = tmp_path / "logs"
-    errors = dict(reward_curve(logs, "train/token_mult_prob_error"))
-    kl = dict(reward_curve(logs, "train/gen_kl_error"))
-    # the resumed steps' (the killed run's may be lost with its unflushed events)
-    assert set(range(start + 1, STEPS + 1)) <= set(errors)
-    assert all(abs(value - 1.0) < ON_POLICY_BOUND for value in errors.values()), errors
-    assert all(abs(value) < ON_POLICY_BOUND for value in kl.values()), kl
+    check_on_policy(logs, start + 1, STEPS)
     rewards = [value for _, value in reward_curve(logs, "train/reward")]
     assert 0 < sum(rewards) / len(rewards) < 1  # graded samples, mixed outcomes
     # the last evaluation (the resumed run's) through vLLM at the paper's sampler
