@@ -67,8 +67,14 @@ def test_recipe_loads_and_validates(recipe):
     plan = run_plan(loaded)
     cpu = loaded.config.get("cpu_backend") or {}
     if cpu.get("enabled"):
-        assert "this machine's CPUs" in plan and "nemo-mmpo CPU policy" in plan
-        assert "Megatron" not in plan
+        policy = (
+            "megatron-core GPTModel on 2 rank actors (gloo; tensor 2 x pipeline 1 x context 1 x "
+            "data 1)"
+            if cpu.get("policy") == "megatron"
+            else "nemo-mmpo CPU policy"
+        )
+        assert "this machine's CPUs" in plan and policy in plan
+        assert ("Megatron" in plan) == (cpu.get("policy") == "megatron")  # no GPU layout line
         if cpu.get("engine") == "vllm":  # NeMo-RL's own vLLM generation, on vLLM's CPU build
             assert "NeMo-RL's VllmGeneration on vLLM's CPU build" in plan
         else:
