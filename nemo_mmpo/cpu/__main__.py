@@ -69,11 +69,11 @@ def spread_command(args: argparse.Namespace, overrides: list[str]) -> int:
         args.other_python,
         perturbed_seeds=args.perturbed_seeds,
     )
-    gain = summary["gain"]
+    expected = summary["expected_gain"]["train"]
     print(
-        f"gain over {len(summary['runs'])} runs: min {gain['min']:+.3f}, mean {gain['mean']:+.3f},"
-        f" max {gain['max']:+.3f}; every run gained: {summary['every_run_gained']}; "
-        f"see {Path(args.out) / 'spread.md'}"
+        f"expected success gain over {len(summary['runs'])} runs: min {expected['min']:+.3f}, "
+        f"mean {expected['mean']:+.3f}, max {expected['max']:+.3f}; every run gained: "
+        f"{summary['every_run_gained']}; see {Path(args.out) / 'spread.md'}"
     )
     return 0
 

@@ -168,7 +168,7 @@ def _spread_row(row: dict, best_kernels: str) -> list[str]:
         f"Python {made['python']}, torch {made['torch']}, {made['threads']} thread(s), "
         f"{made.get('kernels', best_kernels)} kernels",
         " → ".join(f"{m:.2f}" for m in row["window_means"]),
-        f"{row['gain']:+.3f}",
+        "n/a" if row["gain"] is None else f"{row['gain']:+.3f}",
         f"{curve['0']['train']:.3f} → {curve[last]['train']:.3f} / "
         f"{curve['0']['held_out']:.3f} → {curve[last]['held_out']:.3f}",
         f"{row['seconds']:.0f}",
@@ -187,7 +187,8 @@ def summarise(records: list[dict], out: Path, window: int = 50) -> dict:
             {
                 **record,
                 "window_means": means,
-                "gain": means[-1] - means[0],
+                # a run shorter than two windows has no reward gain (its expected success has)
+                "gain": means[-1] - means[0] if len(means) > 1 else None,
                 "expected_gain": {
                     part: curve[last][part] - curve["0"][part] for part in ("train", "held_out")
                 },
@@ -197,7 +198,7 @@ def summarise(records: list[dict], out: Path, window: int = 50) -> dict:
     def spread(values: list[float]) -> dict[str, float]:
         return {"min": min(values), "mean": float(np.mean(values)), "max": max(values)}
 
-    gains = [row["gain"] for row in rows]
+    gains = [row["gain"] for row in rows if row["gain"] is not None]
     starts = [row["warm_start"]["success"] for row in rows]
     expected = {
         part: spread([row["expected_gain"][part] for row in rows]) for part in ("train", "held_out")
@@ -205,10 +206,12 @@ def summarise(records: list[dict], out: Path, window: int = 50) -> dict:
     summary = {
         "runs": rows,
         "window": window,
-        "gain": spread(gains),
+        "gain": spread(gains) if gains else None,
         "expected_gain": expected,
         "warm_start_success": {"min": min(starts), "max": max(starts)},
-        "every_run_gained": all(gain > 0 for gain in gains),
+        # the reward where a run has two windows, and the noise-free expected success always
+        "every_run_gained": all(gain > 0 for gain in gains)
+        and all(row["expected_gain"]["train"] > 0 for row in rows),
     }
     import torch
 
@@ -225,9 +228,14 @@ def summarise(records: list[dict], out: Path, window: int = 50) -> dict:
     ]
     lines = markdown_table(header, [_spread_row(row, best_kernels) for row in rows])
     lines.append("")
-    lines.append(
+    reward = (
         f"Training reward gain (last {window}-step mean minus first): min {min(gains):+.3f}, "
-        f"mean {np.mean(gains):+.3f}, max {max(gains):+.3f} over {len(rows)} runs. Expected "
+        f"mean {np.mean(gains):+.3f}, max {max(gains):+.3f} over {len(gains)} runs."
+        if gains
+        else f"Training reward gain: none (the runs are shorter than two {window}-step windows)."
+    )
+    lines.append(
+        f"{reward} Expected "
         f"success gain, training problems: min {expected['train']['min']:+.3f}, mean "
         f"{expected['train']['mean']:+.3f}; held-out: min {expected['held_out']['min']:+.3f}, mean "
         f"{expected['held_out']['mean']:+.3f}. Warm-start sampled success {min(starts):.3f} to "

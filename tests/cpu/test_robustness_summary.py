@@ -75,3 +75,21 @@ def test_the_summary_table_has_a_row_per_run_and_the_smallest_gain(tmp_path):
     )
     assert json.loads((tmp_path / "out" / "spread.json").read_text())["window"] == 10
     assert (tmp_path / "out" / "spread.png").stat().st_size > 0
+
+
+def test_runs_shorter_than_two_windows_have_no_reward_gain(tmp_path):
+    """A 50-step spread with 50-step windows has one reward window a run: its reward gain is
+    n/a (not +0.000), and whether every run gained is read from the expected success."""
+    curve = {"0": {"train": 0.2, "held_out": 0.1}, "20": {"train": 0.25, "held_out": 0.1}}
+    records = [_record(tmp_path, "default", 0, [0.2] * 20, curve)]
+    summary = summarise(records, tmp_path / "out", window=20)
+    assert summary["gain"] is None and summary["every_run_gained"] is True
+    lines = (tmp_path / "out" / "spread.md").read_text().splitlines()
+    assert "| 0.20 | n/a |" in lines[2]
+    assert lines[4].startswith(
+        "Training reward gain: none (the runs are shorter than two 20-step windows). "
+        "Expected success gain, training problems: min +0.050"
+    )
+    falling = {"0": {"train": 0.2, "held_out": 0.1}, "20": {"train": 0.19, "held_out": 0.1}}
+    records = [_record(tmp_path, "default", 1, [0.2] * 20, falling)]
+    assert summarise(records, tmp_path / "again", window=20)["every_run_gained"] is False
