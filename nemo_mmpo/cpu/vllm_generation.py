@@ -16,6 +16,7 @@ when it is unset), ``env_vars.VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; vLLM-CP
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import zlib
 from pathlib import Path
@@ -101,8 +102,9 @@ class CPUVllmGeneration(VllmGeneration):
         top_p: float,
         max_new_tokens: int,
     ) -> tuple[BatchedDataDict, BatchedDataDict]:
-        """``(data, outputs)`` of NeMo-RL's ``generate`` on ``samples`` rows per prompt, each
-        row carrying the given sampler and its own seed
+        """``(data, outputs)`` of NeMo-RL's ``generate`` (an async engine: its
+        ``generate_async``, row by row) on ``samples`` rows per prompt, each row carrying the
+        given sampler and its own seed
         (:data:`~nemo_mmpo.cpu.vllm_shims.ROW_SAMPLER_KEY`; the worker's CPU shim turns them
         into one vLLM parameter set per row)."""
         rows = [prompt for prompt in prompts for _ in range(samples)]
@@ -117,7 +119,28 @@ class CPUVllmGeneration(VllmGeneration):
                 ],
             }
         )
-        return data, self.generate(data, greedy=False)
+        if not self.cfg["vllm_cfg"]["async_engine"]:
+            return data, self.generate(data, greedy=False)
+        return data, self._generate_rows_async(data)
+
+    def _generate_rows_async(self, data: BatchedDataDict) -> BatchedDataDict:
+        """NeMo-RL's ``generate_async`` (one row a call, as its rollouts call it) on every row
+        of ``data`` at once, gathered into ``generate``'s padded layout."""
+
+        async def row(index: int) -> BatchedDataDict:
+            async for _, output in self.generate_async(data.slice(index, index + 1)):
+                return output
+            raise RuntimeError(f"vLLM returned nothing for row {index}")
+
+        async def every_row() -> list[BatchedDataDict]:
+            return await asyncio.gather(*(row(index) for index in range(data.size)))
+
+        outputs = asyncio.run(every_row())
+        for output in outputs:
+            output.pop("gen_leader_worker_idx", None)
+        return BatchedDataDict.from_batches(
+            outputs, pad_value_dict={"output_ids": self.cfg["_pad_token_id"]}
+        )
 
     def sample_texts(
         self, prompts: list[str], samples: int, seed: int, **sampler: Any

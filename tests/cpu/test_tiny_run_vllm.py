@@ -1,5 +1,7 @@
-"""The vLLM tiny recipe (``mmpo_tiny_cpu_vllm.yaml``), shortened: NeMo-RL's ``grpo_train`` with
-NeMo-RL's own ``VllmGeneration`` on vLLM's CPU build, colocated, refit after every step.
+"""The vLLM tiny recipes, shortened: ``mmpo_tiny_cpu_vllm.yaml`` (NeMo-RL's ``grpo_train`` with
+NeMo-RL's own ``VllmGeneration`` on vLLM's CPU build, colocated, refit after every step) and
+``mmpo_tiny_cpu_async_vllm.yaml`` (``async_grpo_train`` with vLLM's ``AsyncLLM`` as the separate
+engine, its engine core in a process vLLM spawns outside Ray).
 
 What holds by construction: the rollouts are on-policy (vLLM samples from the weights the
 policy computes log-probs with, both float32, refit before every generation), so NeMo-RL's own
@@ -13,9 +15,17 @@ evaluation inside the loop (through the same engine, at its own sampler) logs wh
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+import torch
 from in_loop_evaluation import check_in_loop_evaluations
-from killed_runs import check_on_policy, check_resumed, run_until_step_then_kill
+from killed_runs import (
+    ON_POLICY_BOUND,
+    check_on_policy,
+    check_resumed,
+    run_until_step_then_kill,
+)
 from learning_check import check_fifty_steps_learn
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
@@ -25,6 +35,8 @@ import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.cpu import driver
 from nemo_mmpo.cpu.curves import reward_curve
+from nemo_mmpo.cpu.policy import CPUPolicy
+from nemo_mmpo.cpu.sampling import token_logprobs
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.recipes import load
 
@@ -76,14 +88,84 @@ def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_s
     assert any(f"evaluation at step {STEPS}:" in line for line in console.lines)
 
 
+#: the async run's length and evaluation period (evaluations at steps 0, 2 and 4)
+ASYNC_STEPS = 4
+
+
+def test_async_vllm_recipe_samples_every_rollout_from_a_policy_version(
+    tmp_path, tiny_warm_starts, monkeypatch
+):
+    """``mmpo_tiny_cpu_async_vllm.yaml``: NeMo-RL's collector samples through vLLM's
+    ``AsyncLLM`` while the policy trains on trajectories at most one step old. What holds by
+    construction: every batch the policy trains on was sampled from the exact weights of one
+    of the policy's versions (vLLM's processed log-probs equal that version's, float32 on both
+    sides, :data:`ON_POLICY_BOUND`): the refit reaches the engine core vLLM spawned outside Ray,
+    whole; step 1's batch from the starting weights (refit before NeMo-RL's collector starts;
+    vLLM starts from dummy weights), and a later batch from weights trained here (the refit after
+    an optimizer step); the paper's evaluation through the same engine logs what ``nemo-mmpo
+    eval report`` computes from its rollouts."""
+    versions, batches = [], []
+    train = CPUPolicy.train
+
+    def recording_train(self, data, *args, **kwargs):
+        versions.append(copy.deepcopy(self.model.state_dict()))
+        batches.append(
+            {key: data[key].clone() for key in ("input_ids", "generation_logprobs", "token_mask")}
+        )
+        batches[-1]["lengths"] = data["input_lengths"].clone()
+        batches[-1]["model"] = self.model
+        return train(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(CPUPolicy, "train", recording_train)
+    recipe = CONFIGS_DIR / "mmpo_tiny_cpu_async_vllm.yaml"
+    console = Console()
+    steps = [
+        f"grpo.max_num_steps={ASYNC_STEPS}",
+        "grpo.val_period=2",
+        "evaluation.samples=4",
+        "checkpointing.save_period=2",
+        f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
+        f"logger.log_dir={tmp_path / 'logs'}",
+        f"cpu_backend.warm_start_cache={tiny_warm_starts}",
+        "cpu_backend.stall_timeout_s=300",
+    ]
+    summary = driver.run(load(recipe, steps).config, console=console)
+    assert summary["checkpoint"].endswith(f"step_{ASYNC_STEPS}/policy/weights")
+    assert len(batches) == ASYNC_STEPS
+    sampled_from = []
+    for batch in batches:
+        mask = batch["token_mask"].bool()
+        mask[:, 0] = False
+        gaps = []
+        for state in versions:
+            model = copy.deepcopy(batch["model"])
+            model.load_state_dict(state)
+            with torch.no_grad():
+                ours = token_logprobs(model, batch["input_ids"], batch["lengths"], 1.0)
+            gaps.append(float((ours - batch["generation_logprobs"])[mask].abs().max()))
+        sampled_from.append(min(range(len(gaps)), key=gaps.__getitem__))
+        assert min(gaps) < ON_POLICY_BOUND, gaps
+    assert sampled_from[0] == 0
+    assert max(sampled_from) >= 1, sampled_from
+    # at most one step old (max_trajectory_age_steps: 1)
+    assert all(step - 1 <= version + 1 for step, version in enumerate(sampled_from, 1))
+    check_in_loop_evaluations(tmp_path, steps=(0, 2, ASYNC_STEPS), samples=4)
+
+
 @pytest.mark.parametrize(
-    "grpo, colocated",
-    [({"async_grpo": {"enabled": True}}, True), ({}, False)],
-    ids=["async", "not-colocated"],
+    "grpo, colocated, async_engine",
+    [
+        ({"async_grpo": {"enabled": True}}, True, True),
+        ({"async_grpo": {"enabled": True}}, False, False),
+        ({}, False, False),
+        ({}, True, True),
+    ],
+    ids=["async-colocated", "async-llm-engine", "not-colocated", "grpo_train-async-engine"],
 )
-def test_vllm_engine_outside_colocated_grpo_train_is_refused_by_name(grpo, colocated):
-    master = {"grpo": grpo, "policy": {"generation": {"colocated": {"enabled": colocated}}}}
-    with pytest.raises(MMPOInputError, match=r"cpu_backend\.engine=vllm"):
+def test_vllm_engine_in_an_untried_layout_is_refused_by_name(grpo, colocated, async_engine):
+    generation = {"colocated": {"enabled": colocated}, "vllm_cfg": {"async_engine": async_engine}}
+    master = {"grpo": grpo, "policy": {"generation": generation}}
+    with pytest.raises(MMPOInputError, match=r"cpu_backend\.engine=vllm.*it is"):
         driver._vllm_engine(None, master)
 
 

@@ -620,11 +620,21 @@ def test_the_docs_table_names_every_rule_in_the_order_they_run():
 
 
 @pytest.mark.parametrize(
-    "override", ["grpo.async_grpo.enabled=true", "policy.generation.colocated.enabled=false"]
+    "recipe, override",
+    [
+        ("mmpo_tiny_cpu_vllm.yaml", "grpo.async_grpo.enabled=true"),
+        ("mmpo_tiny_cpu_vllm.yaml", "policy.generation.colocated.enabled=false"),
+        ("mmpo_tiny_cpu_vllm.yaml", "policy.generation.vllm_cfg.async_engine=true"),
+        ("mmpo_tiny_cpu_async_vllm.yaml", "policy.generation.colocated.enabled=true"),
+        ("mmpo_tiny_cpu_async_vllm.yaml", "policy.generation.vllm_cfg.async_engine=false"),
+    ],
 )
-def test_the_vllm_cpu_recipe_outside_colocated_grpo_train_is_refused_by_dry_run(override):
-    """The driver's refusal (``vllm_engine_problem``) is --dry-run's too, before a run starts."""
-    recipe = ROOT / "examples/configs/mmpo_tiny_cpu_vllm.yaml"
+def test_the_vllm_cpu_recipes_outside_their_layouts_are_refused_by_dry_run(recipe, override):
+    """The driver's refusal (``vllm_engine_problem``) is --dry-run's too, before a run starts:
+    vLLM colocated with ``grpo_train``, or ``AsyncLLM`` as ``async_grpo_train``'s separate
+    engine, nothing between."""
+    recipe = ROOT / "examples/configs" / recipe
     assert not check(load_run_config(recipe).config).errors
     errors = check(load_run_config(recipe, [override]).config).errors
-    assert any("cpu_backend.engine=vllm runs NeMo-RL's vLLM generation" in e for e in errors)
+    key = override.split("=")[0]
+    assert any("cpu_backend.engine=vllm with" in e and key in e for e in errors), errors
