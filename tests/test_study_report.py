@@ -148,6 +148,31 @@ def test_a_report_is_made_again_from_its_run_records_alone(tmp_path, runs, monke
         comparison.finished_runs([first, again])
 
 
+def test_a_pooled_report_writes_no_record_of_another_folder_and_is_made_again(tmp_path, runs):
+    """``report --out ten --runs-from study check`` (as docs/study.md pools the ten seeds):
+    each pooled run's record stays in the folder it came from, so the same command runs again
+    with the same numbers (it was refused, each run "finished in both", when the first report
+    had copied the pooled records into ``ten``)."""
+    import json
+
+    from nemo_mmpo.study import comparison
+
+    for run in runs:
+        run |= {"steps": 30, "selected_step": 30, "final_step": 30, "seconds": 1.0}
+        run["reward"] = np.linspace(0.1, 0.5, 30).tolist()
+    comparison.write_records(tmp_path / "study", [run for run in runs if run["seed"] < 2])
+    comparison.write_records(tmp_path / "check", [run for run in runs if run["seed"] >= 2])
+    pooled = (tmp_path / "study", tmp_path / "check")
+    made = comparison.write_study_report(tmp_path / "ten", pooled).with_suffix(".json")
+    first = json.loads(made.read_text())
+    assert not (tmp_path / "ten" / comparison.RECORDS).exists()
+    again = comparison.write_study_report(tmp_path / "ten", pooled).with_suffix(".json")
+    assert json.loads(again.read_text()) == first
+    assert {(run["method"], run["seed"]) for run in first["runs"]} == {
+        (run["method"], run["seed"]) for run in runs
+    }
+
+
 def test_a_study_continues_from_committed_records_seed_by_seed(tmp_path, monkeypatch):
     """``study run`` skips a seed whose every method is recorded (``records/``, no run folder:
     another machine ran it, as under docs/results/) and runs the others; a seed recorded in

@@ -473,6 +473,16 @@ def write_records(out: Path, runs: list[dict[str, Any]]) -> None:
         write_text_atomic(path, json.dumps(record, separators=(",", ":")) + "\n")
 
 
+def runs_of(study: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs read from ``study``'s own run folders (``study/runs/*``): the ones whose
+    records a report of ``study`` writes. A run read from a record is recorded already, and a
+    run of a pooled folder (``--runs-from``) is that folder's to record: were its record
+    written into ``study`` too, the same pooled report made again would find each such run in
+    two folders and refuse it."""
+    own = (study / "runs").resolve()
+    return [run for run in runs if "folder" in run and Path(run["folder"]).resolve().parent == own]
+
+
 def write_study_report(
     out: str | Path,
     runs_from: tuple[str | Path, ...] = (),
@@ -480,10 +490,11 @@ def write_study_report(
 ) -> Path:
     """``study.md``, ``study.json`` and the figures in ``out`` for every finished run (of
     ``methods``, when given) under ``out`` and under each folder of ``runs_from`` (other
-    studies, pooled: other seeds of the same methods, or other methods)."""
+    studies, pooled: other seeds of the same methods, or other methods), and the record of
+    each run of ``out``'s own run folders into ``out/records`` (a pooled folder is only read)."""
     out = Path(out)
     runs = finished_runs([out, *(Path(folder) for folder in runs_from)], methods)
-    write_records(out, runs)
+    write_records(out, runs_of(out, runs))
     numbers = {
         "selected": aggregate(runs, "selected"),
         "final": aggregate(runs, "final"),
