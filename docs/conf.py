@@ -24,7 +24,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "results"]  # the study's committed reports: data, linked as files
+exclude_patterns = ["_build", "results"]  # the study's committed reports: data, named by path
 myst_heading_anchors = 3  # `[text](page.md#a-heading)` links are checked
 myst_enable_extensions = ["colon_fence"]
 
