@@ -21,6 +21,7 @@ import pytest
 
 from nemo_mmpo.checkout import REPO_ROOT
 from nemo_mmpo.study.__main__ import main
+from nemo_mmpo.study.check import read_study
 from nemo_mmpo.study.comparison import write_study_report
 from nemo_mmpo.study.methods import ALL_METHODS, METHODS
 
@@ -60,7 +61,7 @@ def test_a_committed_report_is_what_its_committed_records_give(tmp_path, name):
         copies.append(tmp_path / source)
     out = tmp_path / f"{name}-report"
     write_study_report(out, tuple(copies))
-    _same(_read(out / "study.json"), _read(RESULTS / name / "study.json"))
+    _same(read_study(out), read_study(RESULTS / name))
     assert (out / "study_paired_pass_at_k.png").is_file()
 
 
@@ -77,7 +78,7 @@ def test_the_check_seeds_are_checked_against_the_committed_study(tmp_path, capsy
 
 def test_the_committed_runs_are_the_seeds_and_methods_the_docs_name():
     """Seeds 0-4 with every method and ablation, seeds 5-9 with the five methods, 300 steps."""
-    runs = {name: _read(RESULTS / name / "study.json")["runs"] for name in ("study", "check")}
+    runs = {name: read_study(RESULTS / name)["runs"] for name in ("study", "check")}
     study = {(run["method"], run["seed"]) for run in runs["study"]}
     check = {(run["method"], run["seed"]) for run in runs["check"]}
     assert study == {(method, seed) for method in ALL_METHODS for seed in range(5)}
