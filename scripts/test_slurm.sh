@@ -35,23 +35,8 @@ PACKAGES=(slurm-wlm munge libslurm-dev libpmix2 libpmix-dev gcc libc6-dev)
 started=$SECONDS
 failures=0
 
-skip_or_fail() {  # a missing prerequisite: a failure in CI, a message elsewhere
-    if [[ "$IN_CI" == "true" ]]; then
-        echo "slurm prerequisites: FAILED $1"
-        exit 1
-    fi
-    echo "slurm suite: skipped: $1"
-    exit 0
-}
-
-report() {  # report CHECK STATUS FAILURE-DETAIL [OK-DETAIL]: one line; STATUS != 0 fails
-    if [[ "$2" -eq 0 ]]; then
-        echo "slurm $1: ok${4:+ ($4)}"
-    else
-        echo "slurm $1: FAILED $3"
-        failures=$((failures + 1))
-    fi
-}
+# shellcheck source=scripts/slurm_test_lib.sh
+source scripts/slurm_test_lib.sh
 
 # ------------------------------------------------------------------ prerequisites ----------
 [[ $EUID -eq 0 ]] || skip_or_fail "needs root (it starts slurmctld, slurmd and munged)"
@@ -85,29 +70,11 @@ VENV="$NEMO_RL_VENV"
 # ------------------------------------------------------------------ teardown ---------------
 # Daemons are started here and stopped by their PIDs (recorded in $WORK/run), also those a
 # killed earlier run left behind: nothing else on the machine is touched.
-stop_recorded() {
-    local name pid
-    # the namespace first (SIGKILL: unshare ignores SIGTERM; its child, the namespace's first
-    # process, then dies, and with it every process in the namespace), then slurmctld, munged
-    for name in slurmd-namespace slurmctld munged; do
-        [[ -f "$WORK/run/$name.pid" ]] || continue
-        pid="$(cat "$WORK/run/$name.pid")"
-        # only a process of ours: its command line names our config or socket
-        if [[ -n "$pid" ]] && grep -qa "$WORK" "/proc/$pid/cmdline" 2>/dev/null; then
-            [[ $name == slurmd-namespace ]] && kill -9 "$pid" 2>/dev/null
-            kill "$pid" 2>/dev/null
-            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-            kill -9 "$pid" 2>/dev/null
-        fi
-        rm -f "$WORK/run/$name.pid"
-    done
-}
-
 teardown() {
     if [[ -n "${SLURM_CONF:-}" ]] && [[ -f "$SLURM_CONF" ]]; then
         scancel --quiet --user=root 2>/dev/null  # every job of this private cluster
     fi
-    stop_recorded  # the namespace first: its init's death kills every process in it
+    stop_recorded slurmd-namespace slurmctld munged  # the namespace first: its init's death kills every process in it
     [[ -n "${host_tmp:-}" ]] && rmdir "$host_tmp" 2>/dev/null  # mounted inside the namespace only
     [[ -n "${checkout_copy:-}" ]] && rm -rf "$(dirname "$checkout_copy")"
     if [[ $failures -eq 0 ]]; then
@@ -118,32 +85,16 @@ teardown() {
 }
 
 # ------------------------------------------------------------------ setup ------------------
-stop_recorded 2>/dev/null  # a run killed before its teardown
+stop_recorded slurmd-namespace slurmctld munged 2>/dev/null  # a run killed before its teardown
 rm -rf "$WORK"
 mkdir -p "$WORK"/{etc,run,log,spool/ctld,spool/d,dev,munge,jobs,runs}
 trap teardown EXIT
 
-# The jobs run from a copy of the working tree (tracked and untracked, not ignored, files) under
-# /tmp, as a checkout made by `mktemp -d` would be; it imports its own nemo_mmpo
-# (examples/run_mmpo_math.py puts its repository first on the path).
-checkout_copy="$(mktemp -d /tmp/nemo-mmpo-slurm-checkout.XXXXXX)/nemo-mmpo"
-mkdir -p "$checkout_copy"
-git ls-files -z --cached --others --exclude-standard \
-    | tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$checkout_copy"
-if [[ ! -f "$checkout_copy/slurm/submit_mmpo.sh" ]]; then
-    report "checkout copy under /tmp" 1 "git ls-files | tar into $checkout_copy copied no slurm/submit_mmpo.sh"
-    exit 1
-fi
+# The jobs run from a copy of the working tree under /tmp (mktemp -d); it imports its own
+# nemo_mmpo (examples/run_mmpo_math.py puts its repository first on the path).
+copy_checkout
 
-# The GPUs: gres/gpu needs device files (slurmd drops file-less GPUs and drains the node).
-for index in $(seq 0 $((GPUS - 1))); do ln -s /dev/null "$WORK/dev/nvidia$index"; done
-
-# The pyxis stand-in, built with this machine's compiler against libslurm-dev's spank.h.
-if ! cc -Wall -Wextra -Werror -shared -fPIC -o "$WORK/etc/pyxis_standin.so" \
-        slurm/test/pyxis_standin.c 2>"$WORK/log/cc.log"; then
-    report "spank build" 1 "$(tail -n 5 "$WORK/log/cc.log")"
-    exit 1
-fi
+build_gres_and_spank "$GPUS"
 
 CPUS="$(nproc)"
 cat > "$WORK/etc/slurm.conf" <<CONF
@@ -151,84 +102,27 @@ ClusterName=nemo-mmpo-test
 SlurmctldHost=$NODE(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$((CTLD_PORT + 1))
-SlurmUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$WORK/munge/munge.socket
-StateSaveLocation=$WORK/spool/ctld
 SlurmdSpoolDir=$WORK/spool/d
-SlurmctldPidFile=$WORK/log/slurmctld.pid
 SlurmdPidFile=$WORK/log/slurmd.pid
-SlurmctldLogFile=$WORK/log/slurmctld.log
 SlurmdLogFile=$WORK/log/slurmd.log
-# pgid: a cancelled or finished job's processes (Ray's daemons included) are killed with it;
-# linuxproc lets Ray's daemons escape and the job never ends
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-PlugStackConfig=$WORK/etc/plugstack.conf
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$WORK/log/jobcomp.txt
-ReturnToService=2
-MinJobAge=3600
-KillWait=10
+$(slurm_conf_common)
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=mmpo Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 CONF
 echo "NodeName=$NODE Name=gpu File=$WORK/dev/nvidia[0-$((GPUS - 1))]" > "$WORK/etc/gres.conf"
-echo "required $WORK/etc/pyxis_standin.so" > "$WORK/etc/plugstack.conf"
 export SLURM_CONF="$WORK/etc/slurm.conf"
 
-wait_until() {  # wait_until SECONDS COMMAND...: poll COMMAND every second; fails on timeout
-    local limit=$1
-    shift
-    local deadline=$((SECONDS + limit))
-    until "$@"; do
-        ((SECONDS < deadline)) || return 1
-        sleep 1
-    done
-}
-
-# munged with its own key and socket, as the munge user (it refuses to run as root).
-chown munge:munge "$WORK/munge" && chmod 755 "$WORK/munge"  # clients reach the socket
-mungekey --create --keyfile="$WORK/munge/munge.key" 2>>"$WORK/log/munged.log"
-chown munge:munge "$WORK/munge/munge.key"
-setpriv --reuid=munge --regid=munge --init-groups munged --foreground \
-    --socket="$WORK/munge/munge.socket" --key-file="$WORK/munge/munge.key" \
-    --pid-file="$WORK/munge/munged.pid" --seed-file="$WORK/munge/munged.seed" \
-    --log-file="$WORK/munge/munged.log" >>"$WORK/log/munged.log" 2>&1 &
-echo $! > "$WORK/run/munged.pid"
-disown  # stopped by PID in teardown; no job-control notice then
+start_munged
 slurmctld -D -f "$SLURM_CONF" >>"$WORK/log/slurmctld.out" 2>&1 &
 echo $! > "$WORK/run/slurmctld.pid"
 disown
-# slurmd in its own PID and mount namespace (see the header); bash stays its first process,
-# reaping what jobs orphan; --kill-child kills the namespace when unshare is killed.
-# The paths under /tmp that jobs need are bound back into the private /tmp: the host's /tmp is
-# first bound to $host_tmp (outside /tmp), then each path from there, then $host_tmp let go.
+# slurmd in its own PID and mount namespace (see the header; slurm_test_lib.sh's
+# NODE_NAMESPACE_BODY); --kill-child kills the namespace when unshare is killed.
 host_tmp="$(mktemp -d /var/tmp/nemo-mmpo-slurm-host-tmp.XXXXXX)"
-kept_under_tmp=()
-for path in "$ROOT" "$checkout_copy" "$nemo_rl" "$VENV" "$WORK"; do
-    path="$(realpath "$path")"
-    [[ $path == /tmp/* ]] && kept_under_tmp+=("$path")
-done
-unshare --pid --fork --kill-child --mount-proc --mount --propagation private bash -c '
-    node="$1" conf="$2" host_tmp="$3"
-    shift 3
-    mount --bind /tmp "$host_tmp" || exit 1
-    mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 1
-    for path in "$@"; do
-        mkdir -p "$path" && mount --bind "$host_tmp/${path#/tmp/}" "$path" || exit 1
-    done
-    umount -l "$host_tmp"
-    slurmd -D -N "$node" -f "$conf" &
-    wait' slurmd-namespace "$NODE" "$SLURM_CONF" "$host_tmp" "${kept_under_tmp[@]}" \
-    >>"$WORK/log/slurmd.out" 2>&1 &
+mapfile -t kept_under_tmp < <(paths_under_tmp "$ROOT" "$checkout_copy" "$nemo_rl" "$VENV" "$WORK")
+unshare --pid --fork --kill-child --mount-proc --mount --propagation private bash -c \
+    "$NODE_NAMESPACE_BODY" slurmd-namespace "$NODE" "$SLURM_CONF" "$host_tmp" "" "" \
+    "${kept_under_tmp[@]}" >>"$WORK/log/slurmd.out" 2>&1 &
 echo $! > "$WORK/run/slurmd-namespace.pid"
 disown
 
@@ -280,16 +174,6 @@ submit() {  # submit RUN_NAME OVERRIDES...: slurm/submit_mmpo.sh's output in $WO
         cpu_backend.warm_start.check_every=1 cpu_backend.warm_start.check_prompts=16 \
         "$@" >"$WORK/log/submit-$run.log" 2>&1
 }
-job_ids() { scontrol show jobs -o 2>/dev/null | grep -o '^JobId=[0-9]*' | cut -d= -f2 | sort -n; }
-job_state() { scontrol show job "$1" -o 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
-job_ended() {
-    case "$(job_state "$1")" in
-        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;;
-        *) return 1 ;;
-    esac
-}
-submitted_id() { grep -o 'Submitted batch job [0-9]*' "$WORK/log/submit-$1.log" | grep -o '[0-9]*$'; }
-
 # A typo in an override is refused before anything is queued.
 before="$(job_ids)"
 submit refused grpo.max_num_steps=3 grpo.adv_estimator.name=mmpoo

@@ -4,6 +4,9 @@
 # call this with their defaults.
 # Usage:  NUM_NODES=2 CONFIG=examples/configs/X.yaml bash slurm/submit_mmpo.sh [overrides]
 # The recipe's cluster.num_nodes / cluster.gpus_per_node are set from NUM_NODES / GPUS_PER_NODE.
+# The batch script is slurm/ray_job.sh: it runs ray.sub unchanged and watches the job's nodes; a
+# lost node ends the job with a line naming it and the checkpoint to resume from. The job is
+# submitted --no-requeue: submitting the same command again resumes from that checkpoint.
 # ray.sub's own settings (BASE_LOG_DIR, PORT, CPUS_PER_WORKER, OMP_NUM_THREADS, ...) pass through
 # the environment: sbatch hands the job this script's environment.
 #
@@ -43,6 +46,10 @@ if [[ "$RAY_SUB" == "/ray.sub" ]]; then
     echo "Set NEMO_RL_HOST_DIR to a NeMo-RL checkout on the login node (it provides ray.sub)" >&2
     exit 2
 fi
+if [[ ! -f "$RAY_SUB" ]]; then
+    echo "No ray.sub at $RAY_SUB: set NEMO_RL_HOST_DIR to a NeMo-RL checkout on the login node" >&2
+    exit 2
+fi
 MOUNTS="$MMPO_DIR:$MMPO_DIR${EXTRA_MOUNTS:+,$EXTRA_MOUNTS}"
 OVERRIDES=("cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" "$@")
 
@@ -50,10 +57,11 @@ cd "$MMPO_DIR"  # ray.sub runs COMMAND from the submit directory and writes its 
 # Check the recipe and overrides before anything is queued (a typo fails here, not on GPUs),
 # with NeMo-RL's own config loader read from the login node's checkout.
 set +e
-NEMO_RL_PATH="${NEMO_RL_HOST_DIR}" "$PYTHON" examples/run_mmpo_math.py \
-    --config "$CONFIG" --dry-run "${OVERRIDES[@]}" >&2
+plan="$(NEMO_RL_PATH="${NEMO_RL_HOST_DIR}" "$PYTHON" examples/run_mmpo_math.py \
+    --config "$CONFIG" --dry-run "${OVERRIDES[@]}")"
 status=$?
 set -e
+[[ -n "$plan" ]] && echo "$plan" >&2
 if [[ $status -eq 3 ]]; then
     echo "Not submitted: $PYTHON cannot run the check (see above); set PYTHON to a Python with nemo-mmpo's launch extra" >&2
     exit 3
@@ -61,6 +69,12 @@ elif [[ $status -ne 0 ]]; then
     echo "Not submitted: the configuration above is invalid (fix it, then submit again)" >&2
     exit 2
 fi
+# The job's watch names the checkpoint to resume from when a node is lost (the plan's line
+# "... checkpoints: DIR; logs: ..."; DIR relative to MMPO_DIR, where the job runs).
+CHECKPOINT_DIR="$(sed -n 's/.*; checkpoints: \(.*\); logs: .*/\1/p' <<< "$plan" | tail -n 1)"
+# ray.sub's own #SBATCH lines (--exclusive, --dependency=singleton, ...) as options: the batch
+# script is slurm/ray_job.sh, which runs ray.sub; the options after them win.
+mapfile -t RAY_SUB_DIRECTIVES < <(awk '/^#SBATCH/ {print $2; next} /^#|^$/ {next} {exit}' "$RAY_SUB")
 # COMMAND is run by a shell inside the container: quote each override (values may hold spaces).
 QUOTED_OVERRIDES="$(printf '%q ' "${OVERRIDES[@]}")"
 # env adds JOB_ENV's assignments, then ray.sub's inputs, to the environment sbatch hands the job.
@@ -70,11 +84,15 @@ COMMAND="cd $(printf '%q' "$MMPO_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR $PYTHON_LAUN
 CONTAINER="$CONTAINER" \
 MOUNTS="$MOUNTS" \
 GPUS_PER_NODE="$GPUS_PER_NODE" \
+MMPO_RAY_SUB="$(cd "$(dirname "$RAY_SUB")" && pwd)/$(basename "$RAY_SUB")" \
+MMPO_CHECKPOINT_DIR="$CHECKPOINT_DIR" \
 "$SBATCH" \
+    "${RAY_SUB_DIRECTIVES[@]}" \
+    --no-requeue \
     --nodes="$NUM_NODES" \
     --account="$ACCOUNT" \
     --partition="$PARTITION" \
     --job-name="$JOB_NAME" \
     --time="$TIME" \
     --gres="gpu:$GPUS_PER_NODE" \
-    "$RAY_SUB"
+    "$MMPO_DIR/slurm/ray_job.sh"

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FAKE_SBATCH = """#!/usr/bin/env bash
 { echo "ARGS=$*"; echo "COMMAND=$COMMAND"; echo "CONTAINER=$CONTAINER"; echo "MOUNTS=$MOUNTS"; \
   echo "PWD=$PWD"; echo "JOB_PATH=$PATH"; echo "JOB_MARKER=${MMPO_TEST_MARKER:-}"; \
+  echo "RAY_SUB=$MMPO_RAY_SUB"; echo "CHECKPOINT_DIR=$MMPO_CHECKPOINT_DIR"; \
 } > "$SBATCH_RECORD"
 """
 
@@ -50,9 +51,15 @@ def submit(script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: s
 def test_one_node_template(tmp_path):
     recorded = submit("mmpo_1node.sh", tmp_path, {}, "grpo.adv_estimator.truncation_order=3")
     arguments = shlex.split(recorded["ARGS"])
-    assert arguments[-1] == f"{nemo_rl_checkout()}/ray.sub"
+    # the batch script runs NeMo-RL's ray.sub and watches the nodes
+    assert arguments[-1] == str(ROOT / "slurm" / "ray_job.sh")
+    assert recorded["RAY_SUB"] == f"{nemo_rl_checkout()}/ray.sub"
+    assert recorded["CHECKPOINT_DIR"] == "results/mmpo_qwen3_1.7b"
     for expected in ("--nodes=1", "--account=acct", "--partition=batch", "--gres=gpu:2"):
         assert expected in arguments
+    # ray.sub's own directives come first (ours override them); a lost node is not requeued
+    assert arguments[:2] == ["--nodes=2", "--exclusive"] and "--no-requeue" in arguments
+    assert arguments.index("--nodes=1") > arguments.index("--nodes=2")
     command = recorded["COMMAND"]
     assert "uv run --project /opt/nemo-rl python examples/run_mmpo_math.py" in command
     assert "--config examples/configs/mmpo_math_qwen3_1.7b.yaml" in command

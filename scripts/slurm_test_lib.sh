@@ -1,0 +1,151 @@
+# Helpers shared by scripts/test_slurm.sh (one host) and scripts/test_slurm_two_hosts.sh, sourced
+# by them. They read IN_CI, WORK (the suite's state directory) and VENV, and count `failures`.
+
+skip_or_fail() {  # a missing prerequisite: a failure in CI, a message elsewhere
+    if [[ "$IN_CI" == "true" ]]; then
+        echo "slurm prerequisites: FAILED $1"
+        exit 1
+    fi
+    echo "slurm suite: skipped: $1"
+    exit 0
+}
+
+report() {  # report CHECK STATUS FAILURE-DETAIL [OK-DETAIL]: one line; STATUS != 0 fails
+    if [[ "$2" -eq 0 ]]; then
+        echo "slurm $1: ok${4:+ ($4)}"
+    else
+        echo "slurm $1: FAILED $3"
+        failures=$((failures + 1))
+    fi
+}
+
+wait_until() {  # wait_until SECONDS COMMAND...: poll COMMAND every second; fails on timeout
+    local limit=$1
+    shift
+    local deadline=$((SECONDS + limit))
+    until "$@"; do
+        ((SECONDS < deadline)) || return 1
+        sleep 1
+    done
+}
+
+stop_recorded() {  # stop_recorded NAME...: stop the processes whose PIDs are in $WORK/run/NAME.pid
+    local name pid
+    for name in "$@"; do
+        [[ -f "$WORK/run/$name.pid" ]] || continue
+        pid="$(cat "$WORK/run/$name.pid")"
+        # only a process of ours: its command line names our config or socket
+        if [[ -n "$pid" ]] && grep -qa "$WORK" "/proc/$pid/cmdline" 2>/dev/null; then
+            # a namespace: SIGKILL (unshare ignores SIGTERM; its child, the namespace's first
+            # process, then dies, and with it every process in the namespace)
+            [[ $name == *namespace* ]] && kill -9 "$pid" 2>/dev/null
+            kill "$pid" 2>/dev/null
+            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+            kill -9 "$pid" 2>/dev/null
+        fi
+        rm -f "$WORK/run/$name.pid"
+    done
+}
+
+copy_checkout() {  # copy_checkout: the working tree (tracked and untracked, not ignored) under
+    # /tmp, as a checkout made by `mktemp -d` would be; sets checkout_copy
+    checkout_copy="$(mktemp -d /tmp/nemo-mmpo-slurm-checkout.XXXXXX)/nemo-mmpo"
+    mkdir -p "$checkout_copy"
+    git ls-files -z --cached --others --exclude-standard \
+        | tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$checkout_copy"
+    if [[ ! -f "$checkout_copy/slurm/submit_mmpo.sh" ]]; then
+        report "checkout copy under /tmp" 1 "git ls-files | tar into $checkout_copy copied no slurm/submit_mmpo.sh"
+        exit 1
+    fi
+}
+
+build_gres_and_spank() {  # build_gres_and_spank GPUS: device files, the pyxis stand-in
+    # gres/gpu needs device files (slurmd drops file-less GPUs and drains the node)
+    for index in $(seq 0 $(($1 - 1))); do ln -s /dev/null "$WORK/dev/nvidia$index"; done
+    # built with this machine's compiler against libslurm-dev's spank.h
+    if ! cc -Wall -Wextra -Werror -shared -fPIC -o "$WORK/etc/pyxis_standin.so" \
+            slurm/test/pyxis_standin.c 2>"$WORK/log/cc.log"; then
+        report "spank build" 1 "$(tail -n 5 "$WORK/log/cc.log")"
+        exit 1
+    fi
+    echo "required $WORK/etc/pyxis_standin.so" > "$WORK/etc/plugstack.conf"
+}
+
+slurm_conf_common() {  # the settings both suites' slurm.conf share
+    cat <<CONF
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$WORK/munge/munge.socket
+StateSaveLocation=$WORK/spool/ctld
+SlurmctldPidFile=$WORK/log/slurmctld.pid
+SlurmctldLogFile=$WORK/log/slurmctld.log
+# pgid: a cancelled or finished job's processes (Ray's daemons included) are killed with it;
+# linuxproc lets Ray's daemons escape and the job never ends
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+PlugStackConfig=$WORK/etc/plugstack.conf
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$WORK/log/jobcomp.txt
+ReturnToService=2
+MinJobAge=3600
+KillWait=10
+CONF
+}
+
+start_munged() {  # munged with its own key and socket, as the munge user (it refuses root)
+    chown munge:munge "$WORK/munge" && chmod 755 "$WORK/munge"  # clients reach the socket
+    mungekey --create --keyfile="$WORK/munge/munge.key" 2>>"$WORK/log/munged.log"
+    chown munge:munge "$WORK/munge/munge.key"
+    setpriv --reuid=munge --regid=munge --init-groups munged --foreground \
+        --socket="$WORK/munge/munge.socket" --key-file="$WORK/munge/munge.key" \
+        --pid-file="$WORK/munge/munged.pid" --seed-file="$WORK/munge/munged.seed" \
+        --log-file="$WORK/munge/munged.log" >>"$WORK/log/munged.log" 2>&1 &
+    echo $! > "$WORK/run/munged.pid"
+    disown  # stopped by PID in teardown; no job-control notice then
+}
+
+paths_under_tmp() {  # paths_under_tmp PATH...: those of PATH... that lie under /tmp (resolved)
+    local path
+    for path in "$@"; do
+        path="$(realpath "$path")"
+        [[ $path == /tmp/* ]] && echo "$path"
+    done
+}
+
+# The body of a node's namespace (bash -c): its /tmp and /dev/shm private, the paths under /tmp
+# the jobs need bound back (the host's /tmp is first bound to $host_tmp, outside /tmp, then
+# each path from there, then $host_tmp let go), HOSTS (if not empty) on /etc/hosts and HOSTNAME
+# (if not empty) set; then slurmd. bash stays the namespace's first process, reaping what jobs
+# orphan. Arguments: NODE CONF HOST_TMP HOSTS HOSTNAME PATH...
+# shellcheck disable=SC2016 # expanded by the namespace's bash
+NODE_NAMESPACE_BODY='
+    node="$1" conf="$2" host_tmp="$3" hosts="$4" name="$5"
+    shift 5
+    mount --bind /tmp "$host_tmp" || exit 1
+    mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 1
+    for path in "$@"; do
+        mkdir -p "$path" && mount --bind "$host_tmp/${path#/tmp/}" "$path" || exit 1
+    done
+    umount -l "$host_tmp"
+    if [[ -n "$hosts" ]]; then mount --bind "$hosts" /etc/hosts || exit 1; fi
+    if [[ -n "$name" ]]; then hostname "$name" || exit 1; fi
+    slurmd -D -N "$node" -f "$conf" &
+    wait'
+
+job_ids() { scontrol show jobs -o 2>/dev/null | grep -o '^JobId=[0-9]*' | cut -d= -f2 | sort -n; }
+job_field() { scontrol show job "$1" -o 2>/dev/null | grep -o "$2=[^ ]*" | cut -d= -f2; }
+job_state() { job_field "$1" JobState; }
+job_ended() {
+    case "$(job_state "$1")" in
+        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+submitted_id() { grep -o 'Submitted batch job [0-9]*' "$WORK/log/submit-$1.log" | grep -o '[0-9]*$'; }
