@@ -79,6 +79,44 @@ nemo_rl_environment() {  # builds or reuses $NEMO_RL_VENV with Python $1; prints
         nemo_rl_quiet_pip install -q -r "$NEMO_RL_REQUIREMENTS"
         nemo_rl_write_stamp "$requirements_hash" "$NEMO_RL_VENV/.nemo-mmpo-requirements"
     fi
+    nemo_rl_megatron_bridge
+}
+
+NEMO_RL_MEGATRON_BRIDGE_REQUIREMENTS="$ROOT/scripts/megatron_bridge_requirements.txt"
+MEGATRON_BRIDGE_SOURCES="${MEGATRON_BRIDGE_SOURCES:-$ROOT/../shared/megatron-bridge}"
+
+nemo_rl_megatron_bridge() {  # Megatron-Bridge and its import-time needs in $NEMO_RL_VENV
+    # (PyPI 0.6.2, --no-deps --ignore-requires-python: its metadata says Python < 3.13 and asks
+    # for GPU packages the CPU path never imports); see scripts/megatron_bridge_requirements.txt
+    local stamp
+    stamp="$(cat "$NEMO_RL_MEGATRON_BRIDGE_REQUIREMENTS" "$NEMO_RL_VENV/.nemo-mmpo-requirements" | sha256sum | cut -d' ' -f1)"
+    if [[ "$(cat "$NEMO_RL_VENV/.nemo-mmpo-megatron-bridge" 2>/dev/null)" != "$stamp" ]]; then
+        echo "nemo-rl environment: installing Megatron-Bridge and its import-time needs"
+        nemo_rl_quiet_pip install -q --no-deps --ignore-requires-python -r "$NEMO_RL_MEGATRON_BRIDGE_REQUIREMENTS"
+        nemo_rl_write_stamp "$stamp" "$NEMO_RL_VENV/.nemo-mmpo-megatron-bridge"
+    fi
+}
+
+#: NeMo-RL snapshots whose Megatron-Bridge pin has its source in $MEGATRON_BRIDGE_SOURCES
+#: (../shared/megatron-bridge/README.md: NeMo-RL main 7ea279ab pins 8c46dc42); the others use
+#: the environment's PyPI release (v0.7.0 pins a fork that is not public)
+declare -A NEMO_RL_MEGATRON_BRIDGE_PINS=([main-7ea279ab]=8c46dc42)
+
+nemo_rl_megatron_bridge_source() {  # prints the src/ folder of snapshot $1's pinned
+    # Megatron-Bridge (unpacked into .nemo-rl/megatron-bridge-<commit>), or nothing
+    local commit="${NEMO_RL_MEGATRON_BRIDGE_PINS[$1]:-}" archive target archive_stamp
+    [[ -n "$commit" ]] || return 0
+    archive="$MEGATRON_BRIDGE_SOURCES/megatron-bridge-$commit.tar.gz"
+    [[ -f "$archive" ]] || return 0
+    target="$NEMO_RL_UNPACKED/megatron-bridge-$commit"
+    archive_stamp="$(stat -c '%s %Y' "$archive")"
+    if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
+        rm -rf "$target"
+        mkdir -p "$NEMO_RL_UNPACKED"
+        tar -xzf "$archive" -C "$NEMO_RL_UNPACKED"
+        nemo_rl_write_stamp "$archive_stamp" "$target/.nemo-mmpo-stamp"
+    fi
+    echo "$target/src"
 }
 
 nemo_rl_vllm_version() {  # prints the vLLM version NeMo-RL checkout $1 pins (its vllm extra)

@@ -85,7 +85,12 @@ for ref in "${refs[@]}"; do
     # the long end-to-end runs marked one_snapshot on the tested release (or a checkout) only
     selection="nemo_rl"
     [[ "$ref" == "v0.7.0" || -n "${NEMO_RL_PATH:-}" ]] || selection="nemo_rl and not one_snapshot"
-    NEMO_RL_PATH="$nemo_rl" PYTHONPATH="$nemo_rl:$ROOT" NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
+    # the Megatron-Bridge this snapshot pins, where its source is at hand (main: 8c46dc42),
+    # first on the path; else the environment's PyPI release (v0.7.0)
+    bridge_source="$(nemo_rl_megatron_bridge_source "$ref")"
+    echo "nemo-rl $ref: Megatron-Bridge ${bridge_source:-PyPI $("$VENV/bin/python" -m pip show megatron-bridge 2>/dev/null | sed -n 's/^Version: //p')}"
+    NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${bridge_source:+$bridge_source:}$nemo_rl:$ROOT" \
+        NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
         NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" \
         "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py \
         tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \

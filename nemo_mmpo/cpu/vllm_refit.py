@@ -75,8 +75,12 @@ def state_dict_for_refit(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def publish(model: torch.nn.Module, box: Any) -> list[Any]:
     """Post ``model``'s weights to ``box``; returns the futures NeMo-RL's refit waits for."""
-    reference = ray.put(state_dict_for_refit(model))
-    return [box.post.remote([reference])]
+    return publish_state(state_dict_for_refit(model), box)
+
+
+def publish_state(weights: dict[str, torch.Tensor], box: Any) -> list[Any]:
+    """Post ``weights`` (``{Hugging Face name: tensor}``) to ``box``; returns the futures."""
+    return [box.post.remote([ray.put(weights)])]
 
 
 def receive_and_load(self: Any, *args: Any, **kwargs: Any) -> bool:

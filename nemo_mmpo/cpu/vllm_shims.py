@@ -46,13 +46,12 @@ nothing. On a GPU machine none of this is installed.
 from __future__ import annotations
 
 import contextvars
-import importlib.abc
-import importlib.util
 import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
+
+from nemo_mmpo.cpu import import_hooks
 
 #: Ray's ``worker_process_setup_hook`` value that installs the shims in each worker process.
 SETUP_HOOK = "nemo_mmpo.cpu.vllm_shims.install_on_import"
@@ -353,33 +352,6 @@ SHIMS: dict[str, Callable[[Any], None]] = {
 }
 
 
-class _ShimAfterImport(importlib.abc.MetaPathFinder):
-    """Applies :data:`SHIMS` to a module right after it is first imported."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in SHIMS:
-            return None
-        sys.meta_path.remove(self)  # find the real spec without finding ourselves
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            execute(module)
-            SHIMS[name](module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def install_on_import() -> None:
     """Shim NeMo-RL's vLLM modules in this process: now if already imported, else on import."""
-    for name, shim in SHIMS.items():
-        if name in sys.modules:
-            shim(sys.modules[name])
-    if not any(isinstance(finder, _ShimAfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ShimAfterImport())
+    import_hooks.install(SHIMS)

@@ -1,0 +1,472 @@
+"""CPU answers for NeMo-RL's own Megatron policy worker (``MegatronPolicyWorker``), with
+megatron-core 0.19.2 and Megatron-Bridge (PyPI 0.6.2, or NeMo-RL main's pinned source) over
+gloo. NeMo-RL's, Megatron-Bridge's and megatron-core's files stay untouched; each answer below
+names the line it answers (NeMo-RL v0.7.0 unless marked main; Megatron-Bridge 0.6.2; measured
+in ``/work/shared/notes/megatron-policy-worker-on-cpu.md``) and changes no number.
+
+They are applied only by the CPU rig and the tests: Ray's ``worker_process_setup_hook``
+(:data:`SETUP_HOOK`, :func:`install_on_import`) installs import hooks in every worker process;
+the torch-level answers (:func:`answer_torch`) are applied when NeMo-RL's Megatron worker module
+(or its checkpoint converter) is imported there, so the vLLM engine and the math environment
+never see them. On a GPU node none of this is installed.
+
+Import-time (before any CUDA question):
+
+- Megatron-Bridge ``peft/lora_layers.py:20``: its one unguarded ``import
+  transformer_engine.pytorch`` (reached from ``models/conversion/peft_bridge.py:41``). The
+  module executes with a stand-in ``transformer_engine`` whose classes match nothing, removed
+  again afterwards, so Megatron-Bridge's guarded imports still see Transformer Engine absent.
+- NeMo-RL main ``megatron_policy_worker.py:42-44`` imports ``FullyShardedDataParallelV1/V2``
+  from megatron-core, absent from PyPI's 0.19.2 (used only in an ``isinstance`` check, :3219):
+  two classes no model is an instance of.
+
+torch (:func:`answer_torch`):
+
+- ``init_process_group("nccl")`` (``models/megatron/setup.py:215``; Megatron-Bridge
+  ``model_provider.py:256, 321``) and ``new_group(backend="nccl")`` (worker :211): gloo.
+- ``torch.cuda.set_device`` (worker :266; ``model_provider.py:255, 320``): nothing to set;
+  ``torch.cuda.current_device()`` is device 0 (worker :292 asserts it equals
+  ``ray.get_gpu_ids()[0]``, which answers ``[0]`` on a CPU actor, worker :263), and tensors
+  asked for on it stay on the CPU (megatron-core's ``device=torch.cuda.current_device()``);
+  ``get_device_name`` (worker :818, ``train()``'s metrics) is ``cpu``; the memory counters
+  (``offload_before_refit``, :1491) are 0.
+- tensor factories with ``device="cuda"``, ``.cuda()``, ``.to("cuda")``, ``pin_memory`` keep
+  tensors on the CPU (megatron-core ``schedules.py:749, 2292``, ``clip_grads.py:96``,
+  ``exchange_utils.py:97-109, 329``; NeMo-RL ``data.py:116, 657``, ``train.py:757``,
+  ``model_utils.py:1364-1365``, ``setup.py:1170``, worker :563). Module-level wrappers, not a
+  ``TorchFunctionMode``: NeMo-RL calls ``.cuda()`` inside autograd's backward, where a mode is
+  off.
+- CUDA streams and synchronisation (``param_and_grad_buffer.py:632``; Megatron-Bridge's
+  ``megatron/training/models/dist_utils.py:302-305``): streams that wait for nothing.
+- ``torch.cuda.get_rng_state`` / ``set_rng_state`` (Megatron-Bridge
+  ``training/checkpointing.py:491`` on every save, ``:3155, :3167`` on load): there is no CUDA
+  generator; an empty state is saved and restoring it does nothing.
+
+megatron-core and Megatron-Bridge:
+
+- the model-parallel RNG tracker (``tensor_parallel/random.py:303``) on the CPU generator;
+  Megatron-Bridge ``training/initialize.py:869`` seeds it only when a CUDA device exists (the
+  first layer's init then fails, ``random.py:316``): while ``_set_random_seed`` runs, the CPU
+  counts as one device, so its own seeding runs unchanged.
+- ``initialize_megatron`` asserts CUDA (``initialize.py:91``; NeMo-RL ``setup.py:1153`` calls
+  it without ``allow_no_cuda``) and refuses parallel groups on no CUDA device with the nccl
+  backend (``:762-763``): it runs with ``allow_no_cuda=True`` and the gloo backend.
+- ``AutoBridge.to_megatron_provider`` (``auto_bridge.py:1638``) gives Transformer Engine's
+  layer spec (``gpt_provider.py:120``) and TE fusions (``llama_bridge.py:67-71``): the local
+  spec with a plain-torch core attention
+  (:func:`~nemo_mmpo.cpu.megatron_attention.cpu_layer_spec`) and those fusions off; NeMo-RL's
+  import writes it into ``run_config.yaml``, so training builds the same model.
+- ``compile_helpers()`` (``initialize.py:147``) runs ``make``; PyPI's megatron-core wheel ships
+  the built helper and no Makefile: nothing to build.
+- the CUDA tensor-type checks of gradient clipping (``clip_grads.py:174``) and of the
+  distributed optimizer (``distrib_optimizer.py:477``): while they run, a CPU tensor's
+  ``type()`` names the CUDA type.
+
+NeMo-RL's worker (``MegatronPolicyWorkerImpl``):
+
+- ``get_free_memory_bytes`` (``base_policy_worker.py:96``, NVML): the machine's available RAM.
+- the refit's weight transports (``stream_weights_via_ipc_zmq``, :1376, CUDA IPC over ZMQ;
+  ``broadcast_weights_for_collective``, :1396, NCCL): every rank runs Megatron-Bridge's export
+  (it gathers the shards), rank 0 posts the Hugging Face state dict through Ray's object store
+  (:mod:`nemo_mmpo.cpu.vllm_refit`), where the vLLM engine's CPU answer takes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Callable
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+from nemo_mmpo.cpu import import_hooks
+
+#: Ray's ``worker_process_setup_hook`` for a run with NeMo-RL's Megatron worker (and vLLM).
+SETUP_HOOK = "nemo_mmpo.cpu.megatron_shims.install_on_import"
+
+_WORKER = "nemo_rl.models.policy.workers.megatron_policy_worker"
+_DONE: set[str] = set()
+_FACTORIES = ("tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand")
+_LIKE_FACTORIES = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like")
+
+
+def _once(name: str) -> bool:
+    """True the first time ``name`` is asked for in this process."""
+    if name in _DONE:
+        return False
+    _DONE.add(name)
+    return True
+
+
+def _is_cuda(device: Any) -> bool:
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    if isinstance(device, int) and not isinstance(device, bool):
+        return True  # a CUDA device index
+    return getattr(device, "type", None) == "cuda"
+
+
+# --- import time ------------------------------------------------------------------------------
+class _AbsentClass(type):
+    """A stand-in class whose attributes are more stand-in classes (``te.ops.Sequential``)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _AbsentClass(name, (), {})
+
+
+def _absent_module(name: str) -> ModuleType:
+    module = ModuleType(name)
+    module.__getattr__ = lambda attribute: _AbsentClass(attribute, (), {})  # type: ignore[method-assign]
+    return module
+
+
+@contextlib.contextmanager
+def _transformer_engine_stand_in():
+    """``transformer_engine`` and ``transformer_engine.pytorch`` as stand-ins for the block."""
+    names = ("transformer_engine", "transformer_engine.pytorch")
+    saved = {name: sys.modules.get(name) for name in names}
+    package = _absent_module(names[0])
+    package.pytorch = _absent_module(names[1])
+    sys.modules.update({names[0]: package, names[1]: package.pytorch})
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def _lora_layers_without_te(execute: Callable[[Any], None]) -> Callable[[Any], None]:
+    def run(module: Any) -> None:
+        with _transformer_engine_stand_in():
+            execute(module)
+
+    return run
+
+
+def _fsdp_names(module: Any) -> None:
+    """NeMo-RL main's worker imports ``FullyShardedDataParallelV1/V2`` (absent in 0.19.2)."""
+    for name in ("FullyShardedDataParallelV1", "FullyShardedDataParallelV2"):
+        if not hasattr(module, name):
+            setattr(module, name, type(name, (), {}))
+
+
+# --- torch -------------------------------------------------------------------------------------
+def _gloo_instead_of_nccl() -> None:
+    import torch.distributed as dist
+
+    init, new_group = dist.init_process_group, dist.new_group
+
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if backend is None or "nccl" in str(backend):
+            backend = "gloo"
+        return init(backend, *args, **kwargs)
+
+    def new_group_gloo(*args: Any, **kwargs: Any) -> Any:
+        if "nccl" in str(kwargs.get("backend")):
+            kwargs["backend"] = "gloo"
+        return new_group(*args, **kwargs)
+
+    dist.init_process_group, dist.new_group = init_process_group, new_group_gloo
+    barrier = dist.barrier
+    # gloo takes no device_ids (megatron-core parallel_state.py:1033; initialize.py:157)
+    dist.barrier = lambda *args, device_ids=None, **kwargs: barrier(*args, **kwargs)
+
+
+def _cpu_device_questions() -> None:
+    import torch
+
+    torch.cuda.set_device = lambda *args, **kwargs: None
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_name = lambda *args, **kwargs: "cpu"
+    for counter in ("memory_allocated", "memory_reserved", "max_memory_allocated"):
+        setattr(torch.cuda, counter, lambda *args, **kwargs: 0)
+    stream = SimpleNamespace(
+        wait_event=lambda event: None,
+        wait_stream=lambda other: None,
+        synchronize=lambda: None,
+        record_event=lambda *args: None,
+    )
+    torch.cuda.current_stream = lambda *args, **kwargs: stream
+    torch.cuda.Stream = lambda *args, **kwargs: stream
+    torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    torch.cuda.empty_cache = lambda: None
+    torch.cuda.get_rng_state = lambda *args, **kwargs: torch.empty(0, dtype=torch.uint8)
+    torch.cuda.set_rng_state = lambda *args, **kwargs: None
+
+
+def _cpu_tensor_factories() -> None:
+    import torch
+
+    def on_cpu(factory: Callable) -> Callable:
+        @functools.wraps(factory)
+        def make(*args: Any, **kwargs: Any) -> torch.Tensor:
+            if _is_cuda(kwargs.get("device")):
+                kwargs["device"] = "cpu"
+            kwargs.pop("pin_memory", None)
+            return factory(*args, **kwargs)
+
+        return make
+
+    for name in (*_FACTORIES, *_LIKE_FACTORIES):
+        setattr(torch, name, on_cpu(getattr(torch, name)))
+    to = torch.Tensor.to
+
+    def to_cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        args = tuple("cpu" if _is_cuda(arg) else arg for arg in args)
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        return to(self, *args, **kwargs)
+
+    torch.Tensor.to = to_cpu
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+
+
+def answer_torch() -> None:
+    """The torch-level answers above, in this process (idempotent)."""
+    if _once("torch"):
+        _gloo_instead_of_nccl()
+        _cpu_device_questions()
+        _cpu_tensor_factories()
+        _answer_megatron_core()
+
+
+# --- megatron-core -----------------------------------------------------------------------------
+def _cuda_type_names(function: Callable) -> Callable:
+    """``function`` during which a CPU tensor's ``type()`` names its CUDA type."""
+    import torch
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        tensor_type = torch.Tensor.type
+
+        def cuda_name(self: torch.Tensor, *type_args: Any, **type_kwargs: Any) -> Any:
+            name = tensor_type(self, *type_args, **type_kwargs)
+            if isinstance(name, str) and name.startswith("torch.") and not type_args:
+                return name.replace("torch.", "torch.cuda.", 1)
+            return name
+
+        torch.Tensor.type = cuda_name
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.Tensor.type = tensor_type
+
+    return run
+
+
+def _cpu_rng_tracker_methods() -> None:
+    """``CudaRNGStatesTracker.add`` / ``fork`` on the CPU generator (``random.py:303``)."""
+    import torch
+    from megatron.core.tensor_parallel import random as megatron_random
+
+    tracker = megatron_random.CudaRNGStatesTracker
+
+    def add(self: Any, name: str, seed: int) -> None:
+        self._is_initialized = True
+        if seed in self.seeds_:
+            raise Exception(f"seed {seed} already exists")
+        self.seeds_.add(seed)
+        if name in self.states_:
+            raise Exception(f"cuda rng state {name} already exists")
+        self.states_[name] = torch.Generator().manual_seed(seed).get_state()
+
+    @contextlib.contextmanager
+    def fork(self: Any, name: str = megatron_random._MODEL_PARALLEL_RNG_TRACKER_NAME):
+        if name not in self.states_:
+            raise Exception(f"cuda rng state {name} is not added")
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+    tracker.add, tracker.fork = add, fork
+
+
+def _answer_megatron_core() -> None:
+    from megatron.core.optimizer import clip_grads, distrib_optimizer
+    from megatron.core.optimizer import optimizer as megatron_optimizer
+
+    _cpu_rng_tracker_methods()
+    clip = _cuda_type_names(clip_grads.clip_grad_by_total_norm_fp32)
+    clip_grads.clip_grad_by_total_norm_fp32 = clip
+    megatron_optimizer.clip_grad_by_total_norm_fp32 = clip
+    groups = distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups
+    distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups = staticmethod(
+        _cuda_type_names(groups)
+    )
+
+
+# --- Megatron-Bridge ---------------------------------------------------------------------------
+def _answer_initialize(module: Any) -> None:
+    """``initialize_megatron`` without CUDA, ``compile_helpers`` and ``_set_random_seed``."""
+    import torch
+
+    initialize = module.initialize_megatron
+
+    @functools.wraps(initialize)
+    def initialize_megatron(cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        cfg.dist.distributed_backend = "gloo"
+        kwargs["allow_no_cuda"] = True
+        return initialize(cfg, *args, **kwargs)
+
+    seed = module._set_random_seed
+
+    @functools.wraps(seed)
+    def set_random_seed(*args: Any, **kwargs: Any) -> Any:
+        device_count = torch.cuda.device_count
+        torch.cuda.device_count = lambda: 1
+        try:
+            return seed(*args, **kwargs)
+        finally:
+            torch.cuda.device_count = device_count
+
+    module.initialize_megatron = initialize_megatron
+    module._set_random_seed = set_random_seed
+    module.compile_helpers = lambda: None
+
+
+#: Transformer Engine's or Apex's fused kernels a Megatron-Bridge provider switches on
+#: (``llama_bridge.py:67-71``; megatron-core refuses ``apply_rope_fusion`` without TE,
+#: ``transformer_config.py:2185``)
+TE_FUSIONS = ("apply_rope_fusion", "masked_softmax_fusion", "persist_layer_norm")
+
+
+def _answer_auto_bridge(module: Any) -> None:
+    """``AutoBridge.to_megatron_provider`` (``auto_bridge.py:1638``) gives a provider with
+    Transformer Engine's layer spec (``gpt_provider.py:120``) and TE fusions: on the CPU, the
+    local spec with the plain-torch core attention, and those fusions off. NeMo-RL's Hugging
+    Face import writes the provider into its ``run_config.yaml``, so the training worker (and
+    NeMo-RL's checkpoint converter) build the same local model."""
+    from megatron.bridge.utils.instantiate_utils import register_allowed_target_prefix
+
+    from nemo_mmpo.cpu.megatron_attention import cpu_layer_spec
+
+    # run_config.yaml names the spec by its module: Megatron-Bridge's allowlist of _target_s
+    # (instantiate_utils.py:166) takes more prefixes by its own registration function
+    register_allowed_target_prefix(cpu_layer_spec.__module__)
+    to_provider = module.AutoBridge.to_megatron_provider
+
+    @functools.wraps(to_provider)
+    def to_megatron_provider(self: Any, *args: Any, **kwargs: Any) -> Any:
+        provider = to_provider(self, *args, **kwargs)
+        provider.transformer_layer_spec = cpu_layer_spec
+        for fusion in TE_FUSIONS:
+            if hasattr(provider, fusion):
+                setattr(provider, fusion, False)
+        return provider
+
+    module.AutoBridge.to_megatron_provider = to_megatron_provider
+
+
+def _answer_setup(module: Any) -> None:
+    """NeMo-RL's ``setup.py`` imported ``initialize_megatron`` by name (``:45``)."""
+    from megatron.bridge.training import initialize
+
+    module.initialize_megatron = initialize.initialize_megatron
+
+
+# --- NeMo-RL's worker --------------------------------------------------------------------------
+def _available_memory_bytes(self: Any) -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _publish_weights(self: Any, *args: Any, **kwargs: Any) -> None:
+    """Every rank exports (Megatron-Bridge gathers the shards); rank 0 posts the state dict."""
+    import ray
+    import torch
+
+    from nemo_mmpo.cpu import vllm_refit
+
+    with torch.no_grad():
+        weights = {
+            name: tensor.detach().clone()
+            for name, tensor in self._iter_params_with_optional_kv_scales()
+        }
+    if torch.distributed.get_rank() == 0:
+        box = ray.get_actor(vllm_refit.MAILBOX)
+        ray.get(vllm_refit.publish_state(weights, box))
+
+
+def _answer_worker(module: Any) -> None:
+    import ray
+
+    if not getattr(ray.get_gpu_ids, "_nemo_mmpo_cpu", False):
+        get_gpu_ids = ray.get_gpu_ids
+
+        def gpu_ids() -> list:
+            return get_gpu_ids() or [0]
+
+        gpu_ids._nemo_mmpo_cpu = True  # type: ignore[attr-defined]
+        ray.get_gpu_ids = gpu_ids
+    answers = {
+        "get_free_memory_bytes": _available_memory_bytes,
+        "stream_weights_via_ipc_zmq": _publish_weights,
+        "broadcast_weights_for_collective": _publish_weights,
+        "init_collective": lambda self, *args, **kwargs: None,
+    }
+    for cls in _worker_classes(module):
+        for name, answer in answers.items():
+            setattr(cls, name, answer)
+
+
+def _worker_classes(module: Any) -> list[type]:
+    """The worker implementation and the class Ray built for the ``@ray.remote`` actor (it
+    copies the methods when the decorator runs, so both are answered)."""
+    classes = [module.MegatronPolicyWorkerImpl]
+    metadata = getattr(module.MegatronPolicyWorker, "__ray_metadata__", None)
+    if metadata is not None:
+        classes.append(metadata.modified_class)
+    return classes
+
+
+AFTER_IMPORT: import_hooks.Shims = {
+    "megatron.core.distributed.fsdp.mcore_fsdp_adapter": _fsdp_names,
+    "megatron.bridge.training.initialize": _answer_initialize,
+    "megatron.bridge.models.conversion.auto_bridge": _answer_auto_bridge,
+    "nemo_rl.models.megatron.setup": _answer_setup,
+    _WORKER: _answer_worker,
+}
+BEFORE_IMPORT: import_hooks.Shims = {
+    # the torch answers before NeMo-RL's Megatron modules exist in this process
+    _WORKER: lambda module: answer_torch(),
+    "nemo_rl.models.megatron.setup": lambda module: answer_torch(),
+}
+
+
+class _LoraLayersFinder(import_hooks.ShimOnImport):
+    """Runs ``megatron.bridge.peft.lora_layers`` with the Transformer Engine stand-in."""
+
+    NAME = "megatron.bridge.peft.lora_layers"
+
+    def __init__(self) -> None:
+        super().__init__({self.NAME: lambda module: None})
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        spec = super().find_spec(name, path, target)
+        if name == self.NAME and spec is not None and spec.loader is not None:
+            spec.loader.exec_module = _lora_layers_without_te(spec.loader.exec_module)
+        return spec
+
+
+def install_on_import() -> None:
+    """The Megatron worker's CPU answers (and the vLLM engine's: the recipe refits NeMo-RL's
+    ``VllmGeneration``) in this process, applied as NeMo-RL's modules are imported."""
+    from nemo_mmpo.cpu import vllm_shims
+
+    vllm_shims.install_on_import()
+    import_hooks.install(AFTER_IMPORT, BEFORE_IMPORT)
+    if not any(isinstance(finder, _LoraLayersFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _LoraLayersFinder())
