@@ -19,10 +19,16 @@
 # submitted from a copy of the working tree made under /tmp (mktemp -d), so every run of the
 # suite tests that case, wherever the checkout lives.
 #
+# Then the two-host mode (scripts/test_slurm_two_hosts.sh, its header says what it checks):
+# slurm/mmpo_multinode.sh across two slurmd hosts in network namespaces on a private subnet,
+# node2 lost mid-run, the same command resubmitted; on each NeMo-RL snapshot (their ray.sub
+# differ). Its lines read "slurm two hosts <check>: ok|FAILED <detail>".
+#
 # Settings (environment):
 #   SLURM_TEST_DIR   state, logs and the runs' outputs (default /var/tmp/nemo-mmpo-slurm; removed
 #                    at the end when every check passed, kept for reading otherwise)
 #   SLURM_TEST_PORT  slurmctld's port; slurmd uses the next one (default 6917)
+#   SLURM_TEST_SUBNET the two-host mode's private /24, its first three numbers (default 10.213.47)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -31,7 +37,7 @@ WORK="${SLURM_TEST_DIR:-/var/tmp/nemo-mmpo-slurm}"
 CTLD_PORT="${SLURM_TEST_PORT:-6917}"
 NODE=localhost       # resolves to 127.0.0.1 everywhere; ray.sub resolves node names to addresses
 GPUS=2               # the node's generic GPUs (device files are links to /dev/null)
-PACKAGES=(slurm-wlm munge libslurm-dev libpmix2 libpmix-dev gcc libc6-dev)
+PACKAGES=(slurm-wlm munge libslurm-dev libpmix2 libpmix-dev gcc libc6-dev iproute2 util-linux)
 started=$SECONDS
 failures=0
 
@@ -253,5 +259,22 @@ else
         "job $job cancelled at $running; nothing left behind"
 fi
 
+echo "slurm one host: $failures failed, $((SECONDS - started)) s"
+trap - EXIT
+teardown  # this cluster gone before the next starts
+
+# ------------------------------------------------------------------ two hosts --------------
+# scripts/test_slurm_two_hosts.sh: slurm/mmpo_multinode.sh across two slurmd hosts in network
+# namespaces, a lost node2, the resubmission. ray.sub differs between the snapshots (ports, Ray's
+# GCS and health-check settings): each runs the whole sequence, v0.7.0 losing node2's network,
+# main its slurmd (NEMO_RL_PATH: that checkout, both faults).
+if [[ -n "${NEMO_RL_PATH:-}" ]]; then
+    two_hosts=("$nemo_rl:network" "$nemo_rl:slurmd")
+else
+    two_hosts=("$nemo_rl:network")
+    main_ref="$(nemo_rl_snapshot_refs | grep '^main' | head -n 1)"
+    [[ -n "$main_ref" ]] && two_hosts+=("$(nemo_rl_unpack "$main_ref"):slurmd")
+fi
+bash scripts/test_slurm_two_hosts.sh "$VENV" "${two_hosts[@]}" || failures=$((failures + 1))
 echo "slurm suite: $failures failed, $((SECONDS - started)) s"
 [[ $failures -eq 0 ]]

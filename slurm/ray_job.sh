@@ -52,7 +52,7 @@ node_problem() {  # node_problem NODE: why NODE is lost (nothing if its slurmd a
     esac
     address="$(node_address "$1")"
     if ! timeout 5 bash -c ": </dev/tcp/${address:-$1}/$slurmd_port" 2>/dev/null; then
-        echo "its slurmd at ${address:-$1}:$slurmd_port does not answer${state:+, Slurm: $state}"
+        echo "its slurmd at ${address:-$1}:$slurmd_port does not answer"
     fi
 }
 
