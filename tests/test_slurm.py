@@ -159,3 +159,92 @@ def test_every_recipe_submits(tmp_path, recipe):
         "submit_mmpo.sh", tmp_path, {"CONFIG": f"examples/configs/{recipe}", "NUM_NODES": "2"}
     )
     assert f"--config examples/configs/{recipe}" in recorded["COMMAND"]
+
+
+FAKE_SCONTROL = """#!/usr/bin/env bash
+case "$1 $2" in
+  "show config") echo "SlurmdPort              = $FAKE_SLURMD_PORT" ;;
+  "show hostnames") printf 'node1\\nnode2\\nnode3\\n' ;;
+  "show node") echo "NodeName=$3 NodeAddr=$(grep "^$3 " "$FAKE_NODES" | cut -d' ' -f2) \
+State=$(grep "^$3 " "$FAKE_NODES" | cut -d' ' -f3)" ;;
+esac
+"""
+
+
+def run_batch_script(tmp_path: Path, ray_sub: str, nodes: dict[str, tuple[str, str]]):
+    """slurm/ray_job.sh as the batch host node1 runs it, with stand-ins for ``scontrol`` and
+    ``hostname``; ``nodes``: name -> (address, Slurm state). node2 and node3's slurmd "listen"
+    where a socket of this test does (127.0.0.1); any other address refuses."""
+    import socket
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "hostname").write_text("#!/bin/sh\necho node1\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    (tmp_path / "ray.sub").write_text(ray_sub)
+    (tmp_path / "nodes").write_text(
+        "".join(f"{name} {address} {state}\n" for name, (address, state) in nodes.items())
+    )
+    checkpoints = tmp_path / "checkpoints"
+    for name in ("step_2", "step_12", "tmp_step_13"):  # step 12 is the newest NeMo-RL finished
+        (checkpoints / name).mkdir(parents=True)
+    with socket.socket() as slurmd:
+        slurmd.bind(("127.0.0.1", 0))
+        slurmd.listen(8)
+        port = slurmd.getsockname()[1]
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "FAKE_SLURMD_PORT": str(port),
+            "FAKE_NODES": str(tmp_path / "nodes"),
+            "SLURM_JOB_NODELIST": "node[1-3]",
+            "MMPO_RAY_SUB": str(tmp_path / "ray.sub"),
+            "MMPO_CHECKPOINT_DIR": str(checkpoints),
+            "NODE_WATCH_PERIOD": "1",
+            "NODE_WATCH_MISSES": "2",
+            "STOP_GRACE": "5",
+        }
+        result = subprocess.run(
+            ["bash", str(ROOT / "slurm" / "ray_job.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    return result, checkpoints, port
+
+
+def test_a_lost_node_ends_the_job_naming_it_and_the_checkpoint(tmp_path):
+    """node3's slurmd refuses (127.0.0.3 has no listener): after two probes in a row the
+    watch stops ray.sub (which would run for 10 minutes) and the last line names node3 and the
+    newest finished checkpoint."""
+    nodes = {"node2": ("127.0.0.1", "ALLOCATED"), "node3": ("127.0.0.3", "ALLOCATED")}
+    result, checkpoints, port = run_batch_script(tmp_path, "sleep 600\n", nodes)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1] == (
+        f"mmpo: node node3 lost (its slurmd at 127.0.0.3:{port} does not answer, 2 probes in "
+        f"a row); the job ended; resume from checkpoint {checkpoints}/step_12: submit the same "
+        "command again"
+    )
+
+
+def test_ray_sub_failing_on_its_own_names_the_node_slurm_declared_down(tmp_path):
+    nodes = {"node2": ("127.0.0.1", "DOWN+NOT_RESPONDING"), "node3": ("127.0.0.1", "ALLOCATED")}
+    result, checkpoints, _ = run_batch_script(tmp_path, "exit 3\n", nodes)
+    assert result.returncode == 3
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("mmpo: node node2 lost (Slurm: DOWN+NOT_RESPONDING, 2 probes in a row)")
+    assert last.endswith(
+        f"resume from checkpoint {checkpoints}/step_12: submit the same command again"
+    )
+
+
+def test_a_finished_job_with_every_node_up_says_so(tmp_path):
+    nodes = {"node2": ("127.0.0.1", "ALLOCATED"), "node3": ("127.0.0.1", "ALLOCATED")}
+    result, checkpoints, _ = run_batch_script(tmp_path, "sleep 3\n", nodes)
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[-1] == (
+        f"mmpo: ray.sub finished; newest checkpoint: {checkpoints}/step_12"
+    )
