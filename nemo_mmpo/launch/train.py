@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import runpy
 import sys
@@ -59,10 +60,16 @@ def parser(prog: str) -> argparse.ArgumentParser:
 
 def check_and_plan(config_path: Path, overrides: list[str], print_config: bool) -> object:
     """Load, check and print the plan; returns the loaded config, raises on any error."""
-    loaded = recipes.load(config_path, overrides)
+    try:
+        loaded = recipes.load(config_path, overrides)
+    except MMPOInputError as error:  # Hydra's and OmegaConf's messages span lines: one line
+        raise MMPOInputError(" ".join(str(error).split())) from None
     findings = rules.check(loaded.config)
+    if len(findings.errors) == 1:
+        raise MMPOInputError(findings.errors[0])
     if findings.errors:
         raise MMPOInputError("\n  ".join(["invalid configuration:", *findings.errors]))
+    loaded = dataclasses.replace(loaded, config=findings.config)  # as NeMo-RL reads it
     print(plan.describe(loaded))
     for warning in findings.warnings:
         print(f"WARNING: {warning}")

@@ -21,6 +21,9 @@ wraps the name in each of those modules (:data:`HOOKED_MODULES`):
   protocol instead of NeMo-RL's validation (:mod:`nemo_mmpo.nemo_rl.evaluation`); NeMo-RL's
   otherwise.
 
+Where NeMo-RL's ``MasterConfig`` lists its own estimator names as a ``Literal`` (pull request
+#3773), our names are added to it (:mod:`nemo_mmpo.nemo_rl.literal_names`), so that
+``run_grpo.py``'s ``MasterConfig(**config)`` keeps accepting ``name: mmpo``.
 It also puts this package on ``PYTHONPATH`` for NeMo-RL's Ray workers, which unpickle our loss.
 Idempotent; raises with the installed NeMo-RL version if a hook point has moved. The wrappers
 read the arguments they need by name (bound to the original's signature); the one state they
@@ -44,6 +47,7 @@ from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
+from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names
 
 SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
 HOOKED_MODULES = (
@@ -266,6 +270,8 @@ def install(loss: bool = True) -> list[str]:
         module = grpo if module_name == grpo.__name__ else _import(module_name, required=False)
         if module is None:
             continue
+        if isinstance(getattr(module, "MasterConfig", None), type):
+            accept_our_estimator_names(module.MasterConfig)
         for attribute, make_wrapper in HOOKS.items():
             current = getattr(module, attribute, None)
             if current is None or (attribute == "ClippedPGLossFn" and not loss):

@@ -17,6 +17,8 @@ class Findings:
 
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: the config the rules read (:func:`nemo_mmpo.launch.rules.check` fills it)
+    config: dict[str, Any] = field(default_factory=dict)
 
     def extend(self, other: Findings) -> None:
         self.errors.extend(other.errors)

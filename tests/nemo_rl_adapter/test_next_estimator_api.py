@@ -1,0 +1,196 @@
+"""Ready for NeMo-RL's next estimator API: pull requests #3773 and #4158, simulated on main.
+
+Both were merged after our main snapshot (2026-08-22). Their public descriptions say:
+
+- #3773 (``feat(sc): support PPO in single controller``) types the estimator config and narrows
+  its ``name`` to a ``Literal`` of NeMo-RL's own names, so ``MasterConfig(**config)`` in
+  ``run_grpo.py`` would refuse ``name: mmpo`` before our factory hook runs;
+- #4158 (``fix(LOO-Norm-Advantage)``) makes ``calculate_baseline_and_std_per_prompt`` return
+  three values (baseline, std and a per-sample flag: the rewards feeding that sample's std are
+  all one value) and gives ``compute_advantage`` a ``valid_mask`` argument, which the trainers
+  pass (the step's ``sample_mask``).
+
+Here copies of main's ``advantage_estimator.py`` and ``grpo.py`` are changed that way (the
+``name`` field a ``Literal`` of :data:`~nemo_mmpo.nemo_rl.names.NEMO_RL_ESTIMATORS`; every caller
+of ``calculate_baseline_and_std_per_prompt`` unpacks three values from a three-valued version;
+every ``compute_advantage`` call in the trainers passes ``valid_mask=sample_mask``), and the
+changed ``grpo_train`` trains two steps with ``name: mmpo`` after ``install()``. What the flag
+changes inside NeMo-RL's own estimators is not simulated (our estimator does not read it).
+The #3512 copy is ``test_advantage_result.py``; the unchanged trainer ``test_trainer_loop.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from nemo_rl_support import import_nemo_rl, master_config_from_recipe
+
+pytestmark = pytest.mark.nemo_rl
+grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
+advantage_module = import_nemo_rl("nemo_rl.algorithms.advantage_estimator")
+utils_module = import_nemo_rl("nemo_rl.algorithms.utils")
+from pydantic import ValidationError
+from test_trainer_loop import PROMPTS, TINY_RUN, run_trainer
+
+from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows
+from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install
+from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATORS
+
+if not hasattr(advantage_module, "AdvEstimatorConfig"):
+    pytest.skip("v0.7.0: the estimator config is a TypedDict in grpo.py", allow_module_level=True)
+
+CALL = "adv_estimator.compute_advantage("
+BASELINE_CALL = re.compile(r"^(\s*)(\w+), (\w+) = calculate_baseline_and_std_per_prompt\(", re.M)
+
+
+def literal_name(source: str) -> str:
+    """#3773: ``name: str = "grpo"`` becomes a ``Literal`` of NeMo-RL's names."""
+    changed, count = re.subn(
+        r'^(\s+)name: str = "grpo".*$',
+        lambda match: f'{match[1]}name: Literal{list(NEMO_RL_ESTIMATORS)!r} = "grpo"',
+        source,
+        flags=re.MULTILINE,
+    )
+    assert count == 1
+    return "from typing import Literal\n" + changed
+
+
+def three_values(source: str) -> str:
+    """#4158: every ``a, b = calculate_baseline_and_std_per_prompt(`` unpacks three values."""
+    changed, count = BASELINE_CALL.subn(
+        r"\1\2, \3, _single_value = calculate_baseline_and_std_per_prompt(", source
+    )
+    assert count >= 1
+    return changed
+
+
+def valid_mask_passed(source: str) -> str:
+    """#4158: each trainer's ``compute_advantage(...)`` also passes ``valid_mask=sample_mask``."""
+    changed, count = re.subn(
+        re.escape(CALL) + r"(\s*)",
+        lambda match: f"{match[0]}valid_mask=sample_mask,{match[1]}",
+        source,
+    )
+    assert count >= 2  # grpo_train and async_grpo_train
+    return changed
+
+
+def calculate_with_flag(original):
+    """``calculate_baseline_and_std_per_prompt`` returning #4158's third value."""
+
+    def calculate(prompts, rewards, valid_mask, leave_one_out_baseline=True, std_rewards=None):
+        baseline, std = original(
+            prompts, rewards, valid_mask, leave_one_out_baseline, std_rewards=std_rewards
+        )
+        values = rewards if std_rewards is None else std_rewards
+        group = torch.unique(prompts, dim=0, return_inverse=True)[1]
+        single = torch.ones_like(rewards, dtype=torch.bool)
+        for row in range(len(rewards)):
+            peers = (group == group[row]) & valid_mask.bool()
+            if leave_one_out_baseline:
+                peers[row] = False
+            single[row] = torch.unique(values[peers]).numel() <= 1
+        return baseline, std, single
+
+    return calculate
+
+
+def load_changed(module, change, monkeypatch) -> object:
+    """``module``'s source with ``change`` applied, run as the module of that name (in
+    ``sys.modules`` while it runs: pydantic resolves annotations there), without this file's
+    ``from __future__`` flags."""
+    source = Path(module.__file__).read_text()
+    spec = importlib.util.spec_from_loader(module.__name__, loader=None, origin=module.__file__)
+    changed = importlib.util.module_from_spec(spec)
+    changed.__file__ = module.__file__
+    monkeypatch.setitem(sys.modules, module.__name__, changed)
+    code = compile(change(source), module.__file__, "exec", dont_inherit=True)
+    exec(code, changed.__dict__)
+    return changed
+
+
+@pytest.fixture
+def next_api(monkeypatch):
+    """The changed ``advantage_estimator`` and ``grpo`` modules, installed for the test; NeMo-RL
+    modules first imported during the test are forgotten afterwards (as in
+    ``test_advantage_result.py``)."""
+    imported_before = set(sys.modules)
+    monkeypatch.setattr(
+        utils_module,
+        "calculate_baseline_and_std_per_prompt",
+        calculate_with_flag(utils_module.calculate_baseline_and_std_per_prompt),
+    )
+    load_changed(advantage_module, lambda s: three_values(literal_name(s)), monkeypatch)
+    yield load_changed(grpo, lambda s: valid_mask_passed(three_values(s)), monkeypatch)
+    for name in set(sys.modules) - imported_before:
+        if name.startswith("nemo_rl."):
+            del sys.modules[name]
+
+
+def test_the_simulated_literal_refuses_mmpo_until_install(next_api):
+    with pytest.raises(ValidationError, match=r"grpo\.adv_estimator\.name"):
+        master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
+    install()
+    config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
+    assert config.grpo.adv_estimator.name == "mmpo"
+    for name in NEMO_RL_ESTIMATORS:  # NeMo-RL's own names stay valid, others stay refused
+        assert master_config_from_recipe(
+            "grpo_math_qwen3_1.7b.yaml", [f"grpo.adv_estimator.name={name}"]
+        )
+    with pytest.raises(ValidationError, match="'mmpo'"):
+        master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", ["grpo.adv_estimator.name=mmpoo"])
+
+
+def test_the_changed_trainer_trains_mmpo_with_valid_mask(
+    next_api, ray_cluster, tmp_path, monkeypatch
+):
+    calls = []
+    original = MMPOAdvantageEstimator.compute_advantage
+
+    def recording(self, prompt_ids, rewards, mask, *args, **kwargs):
+        result = original(self, prompt_ids, rewards, mask, *args, **kwargs)
+        calls.append((self, prompt_ids.clone(), rewards.clone(), kwargs.get("valid_mask"), result))
+        return result
+
+    monkeypatch.setattr(MMPOAdvantageEstimator, "compute_advantage", recording)
+    install()  # hooks the changed modules, as it would the real ones
+    config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", TINY_RUN)
+    policy, logger, _ = run_trainer(next_api.grpo_train, config, tmp_path)
+
+    assert len(calls) == len(policy.train_calls) == 2
+    for (estimator, prompt_ids, rewards, valid_mask, advantages), step in zip(
+        calls, policy.train_calls, strict=True
+    ):
+        assert prompt_ids.shape[0] == PROMPTS * 4
+        assert valid_mask is not None  # the trainer passed its sample mask, by name
+        assert torch.equal(valid_mask, step["data"]["sample_mask"])
+        expected = compute_advantages(
+            rewards,
+            group_ids_from_prompt_rows(prompt_ids),
+            estimator.objective,
+            "plugin",
+            valid_mask=valid_mask.bool(),
+        ).to(advantages.dtype)
+        assert torch.equal(step["data"]["advantages"][:, 0], expected)
+    assert [step for step, _ in logger.metrics["train/mmpo/success_rate"]] == [1, 2]
+
+
+def test_the_estimator_honours_valid_mask_as_the_trainer_passes_it():
+    """A float 0/1 ``sample_mask`` by keyword, as #4158's trainers pass it: the masked rows take
+    no part in their group's statistics (the same advantages as without those rows)."""
+    estimator = MMPOAdvantageEstimator({"name": "mmpo"})
+    prompt_ids = torch.arange(3).repeat_interleave(4)[:, None]
+    rewards = torch.tensor([1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1], dtype=torch.float32)
+    sample_mask = torch.ones(12)
+    sample_mask[[1, 6]] = 0.0
+    masked = estimator.compute_advantage(
+        prompt_ids=prompt_ids, rewards=rewards, mask=torch.ones(12, 3), valid_mask=sample_mask
+    )[:, 0]
+    keep = sample_mask.bool()
+    alone = estimator.compute_advantage(prompt_ids[keep], rewards[keep], torch.ones(10, 3))[:, 0]
+    assert torch.equal(masked[keep], alone)
