@@ -201,6 +201,30 @@ def _policy_model(settings: TinySettings, tokenizer: Any, master: dict, checkpoi
     return model, None, None, None
 
 
+def _megatron_start(settings: TinySettings, tokenizer: Any, master: dict, checkpointer, note):
+    """``(Hugging Face start folder, weights path, optimizer path, loaded training info, newest
+    checkpoint)`` for NeMo-RL's Megatron policy: the newest checkpoint's Megatron weights and
+    optimizer when there is one (resume, as NeMo-RL's ``setup()``), always with the warm start's
+    folder as ``model_name`` (made once per run, before its first step)."""
+    from nemo_mmpo.cpu.megatron_policy import START_FOLDER, save_start_folder
+
+    checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
+    last = checkpointer.get_latest_checkpoint_path()
+    if last is not None and (checkpoint_dir / START_FOLDER).is_dir():
+        weights_path, optimizer_path = checkpointer.get_resume_paths(last)
+        note(f"resuming from {last}")
+        info = checkpointer.load_training_info(last)
+        return checkpoint_dir / START_FOLDER, weights_path, optimizer_path, info, last
+    if last is not None:
+        raise MMPOInputError(
+            f"{checkpoint_dir} has checkpoints but no {START_FOLDER}/ (the Megatron policy's "
+            "model_name): it was written by another cpu_backend.policy; start a new "
+            "checkpointing.checkpoint_dir"
+        )
+    model, _, _, _ = _policy_model(settings, tokenizer, master, checkpointer, note)
+    return save_start_folder(model, tokenizer, checkpoint_dir), None, None, None, None
+
+
 def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
     """Train with NeMo-RL's ``grpo_train`` (``async_grpo_train`` when ``grpo.async_grpo.enabled``)
     on CPU; returns where things were written.
@@ -228,7 +252,7 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     from nemo_rl.utils.logger import Logger
 
     # imports nemo_rl and ray: not on a login node
-    from nemo_mmpo.cpu import vllm_shims
+    from nemo_mmpo.cpu import megatron_shims, vllm_shims
 
     master_config = grpo.MasterConfig(**raw_config)  # NeMo-RL validates it (v0.7.0 and main)
     master = {name: plain(getattr(master_config, name)) for name in raw_config}
@@ -246,9 +270,14 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     checkpointer = CheckpointManager(master_config.checkpointing)
     checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
     held_out_file = write_benchmark_file(checkpoint_dir / HELD_OUT_FILE, held_out)
-    model, optimizer_path, loaded_info, last = _policy_model(
-        settings, tokenizer, master, checkpointer, note
-    )
+    megatron = settings.policy == "megatron"
+    if megatron:
+        start = _megatron_start(settings, tokenizer, master, checkpointer, note)
+        model, optimizer_path, loaded_info, last = start, None, start[3], start[4]
+    else:
+        model, optimizer_path, loaded_info, last = _policy_model(
+            settings, tokenizer, master, checkpointer, note
+        )
     # The RL run's randomness starts here, the same whether the warm start was trained now or
     # read from the cache (it draws from the global RNG).
     random.seed(settings.seed)
@@ -260,9 +289,10 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
         if asynchronous:
             _warn_if_async_resume_can_stall(grpo, note)
     save_state = _save_state(grpo, loaded_info)
+    hook = vllm_shims.SETUP_HOOK if settings.engine == "vllm" else None
     with (
-        ray_session(vllm_shims.SETUP_HOOK if settings.engine == "vllm" else None),
-        cpu_policy(model, tokenizer, settings, master) as policy,
+        ray_session(megatron_shims.SETUP_HOOK if megatron else hook, settings.ray_cpus()),
+        cpu_policy(model, tokenizer, settings, master, len(records)) as policy,
         cpu_engines(policy, settings, master) as (generation, environment),
     ):
         if optimizer_path is not None:
@@ -360,30 +390,53 @@ def _train_async(
 
 
 @contextmanager
-def cpu_policy(model: Any, tokenizer: Any, settings: TinySettings, master: dict) -> Iterator[Any]:
+def cpu_policy(
+    model: Any, tokenizer: Any, settings: TinySettings, master: dict, train_size: int
+) -> Iterator[Any]:
     """The run's policy (``cpu_backend.policy``) in the Ray session, stopped afterwards: ours
-    on ``transformers`` in this process, or megatron-core's ``GPTModel`` on rank actors
-    (``policy.megatron_cfg``'s layout over ``cpu_backend.megatron_ranks``)."""
-    # import ray and NeMo-RL (megatron-core in the ranks) where a run starts, as cpu.policy
-    from nemo_mmpo.cpu.megatron_policy import MegatronCPUPolicy
+    on ``transformers`` in this process (``model``: the Hugging Face model), or NeMo-RL's
+    ``Policy`` with its ``MegatronPolicyWorker`` actors (``model``: what
+    :func:`_megatron_start` returns) on ``cpu_backend.megatron_ranks`` CPU workers."""
+    # import ray and NeMo-RL where a run starts, as cpu.policy
+    from nemo_mmpo.cpu import megatron_policy
     from nemo_mmpo.cpu.policy import CPUPolicy
 
-    policy_config = dict(master["policy"], optimizer={"kwargs": {"lr": settings.learning_rate}})
     if settings.policy == "megatron":
-        policy = MegatronCPUPolicy(
-            model,
-            tokenizer,
-            policy_config,
-            settings.learning_rate,
-            ranks=settings.megatron_ranks,
-            seed=settings.seed,
+        start_folder, weights_path, optimizer_path, _, _ = model
+        config = megatron_policy.megatron_policy_config(
+            _vllm_policy_section(master, start_folder, tokenizer),
+            master["grpo"],
+            train_size,
+            start_folder,
         )
+        policy = megatron_policy.start_megatron_policy(
+            config, tokenizer, settings.megatron_ranks, weights_path, optimizer_path
+        )
+        policy.start_folder = start_folder
+        stop = megatron_policy.shutdown_megatron_policy
     else:
+        policy_config = dict(master["policy"], optimizer={"kwargs": {"lr": settings.learning_rate}})
         policy = CPUPolicy(model, tokenizer, policy_config)
+        stop = CPUPolicy.shutdown
     try:
         yield policy
     finally:
-        policy.shutdown()
+        stop(policy)
+
+
+def _vllm_policy_section(master: dict, model_dir: Path, tokenizer: Any) -> dict[str, Any]:
+    """NeMo-RL's ``policy`` section with ``generation`` as the vLLM engine gets it
+    (:func:`~nemo_mmpo.cpu.vllm_generation.cpu_generation_config`): NeMo-RL's workers read it
+    (the refit's export checks the KV cache's dtype, ``megatron_policy_worker.py:1352``)."""
+    from nemo_mmpo.cpu import vllm_generation
+
+    generation = vllm_generation.cpu_generation_config(
+        master["policy"]["generation"],
+        model_dir,
+        int(master["policy"]["max_total_sequence_length"]),
+        tokenizer,
+    )
+    return dict(master["policy"], generation=generation)
 
 
 @contextmanager
@@ -433,9 +486,11 @@ def _vllm_engine(policy: Any, master: dict) -> Any:
     problem = vllm_engine_problem(master)
     if problem:
         raise MMPOInputError(problem)
-    model_dir = vllm_generation.save_for_vllm(
-        policy.model, policy.tokenizer, Path(master["logger"]["log_dir"]) / "vllm_model"
-    )
+    model_dir = getattr(policy, "start_folder", None)  # NeMo-RL's Megatron policy
+    if model_dir is None:
+        model_dir = vllm_generation.save_for_vllm(
+            policy.model, policy.tokenizer, Path(master["logger"]["log_dir"]) / "vllm_model"
+        )
     config = vllm_generation.cpu_generation_config(
         master["policy"]["generation"],
         model_dir,

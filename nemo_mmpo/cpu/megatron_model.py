@@ -32,7 +32,7 @@ def tiny_gpt(vocabulary: int, max_length: int, shape: dict[str, Any] | None = No
     data and context parallel, as NeMo-RL configures it: ``average_in_collective=False``,
     ``calculate_per_token_loss=True``), with megatron-core's ``finalize_model_grads`` as the
     schedule's last step. ``shape``: ``TransformerConfig`` settings and ``rotary_base``
-    (default :data:`TINY`; a Llama's: :func:`nemo_mmpo.cpu.megatron_llama.llama_settings`).
+    (default :data:`TINY`).
     Needs ``parallel_state`` initialized."""
     shape = dict(shape or TINY)
     rotary_base = shape.pop("rotary_base", 10000)  # GPTModel's, not TransformerConfig's

@@ -65,6 +65,10 @@ megatron-core and Megatron-Bridge:
 NeMo-RL's worker (``MegatronPolicyWorkerImpl``):
 
 - ``get_free_memory_bytes`` (``base_policy_worker.py:96``, NVML): the machine's available RAM.
+- ``move_model`` / ``move_optimizer`` (:1595, :1643: offloading to the CPU around refits and
+  log-prob passes): the model already lives in CPU memory. Run as written, megatron-core's
+  ``offload_to_cpu`` (``param_and_grad_buffer.py:1631``) takes ``param_data.cpu()``, which on
+  the CPU is the buffer itself, then frees it: the reloaded weights are garbage (NaN).
 - the refit's weight transports (``stream_weights_via_ipc_zmq``, :1376, CUDA IPC over ZMQ;
   ``broadcast_weights_for_collective``, :1396, NCCL): every rank runs Megatron-Bridge's export
   (it gathers the shards), rank 0 posts the Hugging Face state dict through Ray's object store
@@ -413,6 +417,8 @@ def _answer_worker(module: Any) -> None:
         ray.get_gpu_ids = gpu_ids
     answers = {
         "get_free_memory_bytes": _available_memory_bytes,
+        "move_model": lambda self, model, *args, **kwargs: model,
+        "move_optimizer": lambda self, *args, **kwargs: None,
         "stream_weights_via_ipc_zmq": _publish_weights,
         "broadcast_weights_for_collective": _publish_weights,
         "init_collective": lambda self, *args, **kwargs: None,

@@ -1,8 +1,9 @@
 """NeMo-RL's Megatron log-prob pass and train step on this rank's part of a megatron-core model.
 
 What NeMo-RL's ``Policy`` (driver side) and ``MegatronPolicyWorker`` (each rank) do around
-megatron-core, with NeMo-RL's own functions and the model and optimizer built by us (NeMo-RL's
-worker builds them through Megatron-Bridge, which does not install here):
+megatron-core, with NeMo-RL's own functions and the model and optimizer built by us: the
+parallel-loss tests' ranks (NeMo-RL's own worker, :mod:`nemo_mmpo.cpu.megatron_policy`, runs
+the recipes):
 
 - :func:`logprobs`: ``Policy._shard_for_logprob``, ``get_microbatch_iterator``,
   ``LogprobsPostProcessor`` through ``megatron_forward_backward`` (forward only);
@@ -15,8 +16,7 @@ worker builds them through Megatron-Bridge, which does not install here):
 Both pass the generation sampler's ``TrainingSamplingParams``, as NeMo-RL's Megatron setup
 does. ``cfg`` is NeMo-RL's ``policy`` section. Every rank of the model calls these together
 (they meet in megatron-core's collectives). Used by the parallel-loss tests
-(``tests/parallel_loss_ranks.py``) and the Megatron CPU policy
-(:mod:`nemo_mmpo.cpu.megatron_policy`).
+(``tests/parallel_loss_ranks.py``).
 """
 
 from __future__ import annotations

