@@ -29,6 +29,7 @@
 #                    at the end when every check passed, kept for reading otherwise)
 #   SLURM_TEST_PORT  slurmctld's port; slurmd uses the next one (default 6917)
 #   SLURM_TEST_SUBNET the two-host mode's private /24, its first three numbers (default 10.213.47)
+#   SLURM_TEST_SEED  the two-host runs' cpu_backend.seed (default 0)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"

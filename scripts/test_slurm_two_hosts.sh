@@ -43,6 +43,7 @@ GPUS=2
 WATCH="NODE_WATCH_PERIOD=5 NODE_WATCH_MISSES=2 STOP_GRACE=5"
 LINE_BOUND=90  # seconds from the fault to the line, for a loaded 2-core machine (docs/distributed.md)
 STEPS_AFTER_RESUME=3
+SEED="${SLURM_TEST_SEED:-0}"  # the recipe's seed (model, warm start, sampling)
 failures=0
 started=$SECONDS
 # shellcheck source=scripts/slurm_test_lib.sh
@@ -229,7 +230,7 @@ submit_multinode() {  # submit_multinode NEMO_RL RUN OVERRIDES...: mmpo_multinod
         "cpu_backend.warm_start_cache=$WORK/warm_starts" \
         cpu_backend.warm_start.target_low=0.0 cpu_backend.warm_start.target_high=1.0 \
         cpu_backend.warm_start.check_every=1 cpu_backend.warm_start.check_prompts=16 \
-        "$@" >>"$WORK/log/submit-$run.log" 2>&1
+        "cpu_backend.seed=$SEED" "$@" >>"$WORK/log/submit-$run.log" 2>&1
 }
 newest_step() {  # the newest step_N under a checkpoint directory: N, or nothing
     find "$1" -maxdepth 1 -type d -name 'step_[0-9]*' -printf '%f\n' 2>/dev/null \
