@@ -37,6 +37,8 @@ resume_note() {
     latest="$(latest_checkpoint)"
     if [[ -n "$latest" ]]; then
         echo "resume from checkpoint $latest: submit the same command again"
+    elif [[ -z "$checkpoint_dir" ]]; then
+        echo "the same command resumes from the newest checkpoint in checkpointing.checkpoint_dir"
     else
         echo "no checkpoint was written yet: the same command starts the run again"
     fi

@@ -70,8 +70,9 @@ elif [[ $status -ne 0 ]]; then
     exit 2
 fi
 # The job's watch names the checkpoint to resume from when a node is lost (the plan's line
-# "... checkpoints: DIR; logs: ..."; DIR relative to MMPO_DIR, where the job runs).
+# "... checkpoints: DIR; logs: ..."; a relative DIR is under MMPO_DIR, where the job runs).
 CHECKPOINT_DIR="$(sed -n 's/.*; checkpoints: \(.*\); logs: .*/\1/p' <<< "$plan" | tail -n 1)"
+[[ -n "$CHECKPOINT_DIR" && "$CHECKPOINT_DIR" != /* ]] && CHECKPOINT_DIR="$MMPO_DIR/$CHECKPOINT_DIR"
 # ray.sub's own #SBATCH lines (--exclusive, --dependency=singleton, ...) as options: the batch
 # script is slurm/ray_job.sh, which runs ray.sub; the options after them win.
 mapfile -t RAY_SUB_DIRECTIVES < <(awk '/^#SBATCH/ {print $2; next} /^#|^$/ {next} {exit}' "$RAY_SUB")

@@ -54,7 +54,7 @@ def test_one_node_template(tmp_path):
     # the batch script runs NeMo-RL's ray.sub and watches the nodes
     assert arguments[-1] == str(ROOT / "slurm" / "ray_job.sh")
     assert recorded["RAY_SUB"] == f"{nemo_rl_checkout()}/ray.sub"
-    assert recorded["CHECKPOINT_DIR"] == "results/mmpo_qwen3_1.7b"
+    assert recorded["CHECKPOINT_DIR"] == f"{ROOT}/results/mmpo_qwen3_1.7b"
     for expected in ("--nodes=1", "--account=acct", "--partition=batch", "--gres=gpu:2"):
         assert expected in arguments
     # ray.sub's own directives come first (ours override them); a lost node is not requeued
