@@ -7,10 +7,12 @@ class ``@ray.remote`` wraps) built from the paper recipe's ``policy`` section
 (``examples/configs/mmpo_math_qwen3_1.7b.yaml``, bf16, activation checkpointing) with
 these changes, each printed: the model is a tiny Llama built from a config and written as a
 Hugging Face folder (no hub), which NeMo-RL imports through Megatron-Bridge's ``AutoBridge``
-into a Megatron checkpoint; batch and sequence sizes fit it; and because Transformer Engine
-is absent on the machine, Megatron-Bridge's local layer spec
-(``gpt_provider.local_layer_spec``) with the TE-only fusions off (rope, masked softmax,
-gradient accumulation) and no sequence packing (THD input needs TE's attention).
+into a Megatron checkpoint; batch and sequence sizes fit it; ``train_iters`` is set (as
+``grpo.py:823`` does); and, because Transformer Engine and Apex are absent on the machine,
+Megatron-Bridge's local layer spec (``gpt_provider.local_layer_spec``), no sequence packing
+(THD input needs TE's attention), no precision-aware optimizer (TE's FusedAdam), and the TE-
+and Apex-only fusions off (RoPE, MoE permutation, masked softmax, persistent layer norm,
+gradient accumulation). Each of these stopped a CPU rehearsal of this script until changed.
 ``benchmarks/gpu_standins.py`` says what stands in for absent packages.
 
 Steps: ``get_logprobs`` on a batch (compared with a float32 ``transformers`` forward of the
@@ -91,6 +93,9 @@ def policy_config(folder: Path) -> tuple[dict[str, Any], list[str]]:
         "dynamic_batching.enabled": False,
         "megatron_cfg.apply_rope_fusion": False,  # TE's fused RoPE
         "megatron_cfg.gradient_accumulation_fusion": False,  # TE's / Apex's wgrad kernel
+        "megatron_cfg.moe_permute_fusion": False,  # TE's (a dense model: unused, validated)
+        "megatron_cfg.optimizer.use_precision_aware_optimizer": False,  # TE's FusedAdam
+        "megatron_cfg.train_iters": 1000,  # grpo.py:823 sets it from the run's length
         "megatron_cfg.optimizer.lr": 1e-3,  # one step shows in bf16 weights
         "megatron_cfg.optimizer.min_lr": 1e-3,
         "megatron_cfg.scheduler.lr_warmup_init": 1e-3,
@@ -119,6 +124,7 @@ def local_spec_worker_class() -> type:
         provider = to_provider(self, *args, **kwargs)
         provider.transformer_layer_spec = gpt_provider.local_layer_spec
         provider.masked_softmax_fusion = False  # megatron's fused softmax kernels are not built
+        provider.persist_layer_norm = False  # Apex's; torch_norm.py:48 refuses it
         provider.apply_rope_fusion = False
         provider.gradient_accumulation_fusion = False
         return provider
@@ -258,8 +264,14 @@ def run(work: Path, steps: int) -> dict[str, Any]:
                 "step": step,
                 "loss_fn": name,
                 "seconds": seconds,
-                "loss": scalar(metrics["loss"]),
+                "loss": scalar(metrics["global_loss"]),
                 "grad_norm": scalar(metrics["grad_norm"]),
+                # per micro-batch shares of the step's value (NeMo-RL sums them): 1 on-policy
+                "token_mult_prob_error": sum(
+                    scalar(share) for share in metrics["all_mb_metrics"]["token_mult_prob_error"]
+                ),
+                "model_dtype": str(metrics["model_dtype"]),
+                "metric_names": sorted(metrics["all_mb_metrics"]),
             }
             step_rows.append(row)
             print(json.dumps(row), flush=True)
