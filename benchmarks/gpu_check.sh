@@ -46,7 +46,9 @@ stage "(a) CUDA tests"
 timeout 180 "$PYTHON" -m pytest -q -p no:cacheprovider -rA -k cuda tests/test_estimators.py \
     2>&1 | tee "$OUT/gpu_tests.txt"
 status=$?
-grep -q " passed" "$OUT/gpu_tests.txt" && ! grep -q -E "(failed|skipped|error)" "$OUT/gpu_tests.txt" || status=1
+# it must have run (not skipped): a machine whose torch sees no GPU fails this part
+grep -q -E "[0-9]+ passed" "$OUT/gpu_tests.txt" &&
+    ! grep -q -E "[0-9]+ (failed|skipped|errors?)" "$OUT/gpu_tests.txt" || status=1
 [ $status -eq 0 ] || failed+=("cuda-tests")
 
 stage "(b) estimator and loss timings against NeMo-RL's"

@@ -266,10 +266,6 @@ def run(work: Path, steps: int) -> dict[str, Any]:
                 "seconds": seconds,
                 "loss": scalar(metrics["global_loss"]),
                 "grad_norm": scalar(metrics["grad_norm"]),
-                # per micro-batch shares of the step's value (NeMo-RL sums them): 1 on-policy
-                "token_mult_prob_error": sum(
-                    scalar(share) for share in metrics["all_mb_metrics"]["token_mult_prob_error"]
-                ),
                 "model_dtype": str(metrics["model_dtype"]),
                 "metric_names": sorted(metrics["all_mb_metrics"]),
             }
