@@ -78,9 +78,10 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
             _, tensor, pipeline, context = _parallel_layout(config)
             ranks = cpu.get("megatron_ranks", 2)
             policy = (
-                f"megatron-core GPTModel on {ranks} rank actors (gloo; tensor {tensor} x "
+                f"NeMo-RL's MegatronPolicyWorker on {ranks} CPU workers (gloo; tensor {tensor} x "
                 f"pipeline {pipeline} x context {context} x data "
-                f"{ranks // max(1, tensor * pipeline * context)}), NeMo-RL's Megatron train step"
+                f"{ranks // max(1, tensor * pipeline * context)}), model imported by "
+                "Megatron-Bridge"
             )
             optimizer = "megatron-core Adam"
         return [

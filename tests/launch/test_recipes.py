@@ -68,8 +68,8 @@ def test_recipe_loads_and_validates(recipe):
     cpu = loaded.config.get("cpu_backend") or {}
     if cpu.get("enabled"):
         policy = (
-            "megatron-core GPTModel on 2 rank actors (gloo; tensor 2 x pipeline 1 x context 1 x "
-            "data 1)"
+            "NeMo-RL's MegatronPolicyWorker on 2 CPU workers (gloo; tensor 2 x pipeline 1 x "
+            "context 1 x data 1)"
             if cpu.get("policy") == "megatron"
             else "nemo-mmpo CPU policy"
         )
