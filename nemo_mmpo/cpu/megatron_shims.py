@@ -56,6 +56,9 @@ megatron-core and Megatron-Bridge:
   spec with a plain-torch core attention
   (:func:`~nemo_mmpo.cpu.megatron_attention.cpu_layer_spec`) and those fusions off; NeMo-RL's
   import writes it into ``run_config.yaml``, so training builds the same model.
+- asynchronous checkpoint saves (NeMo-RL main's recipes; the ``nvrx`` strategy,
+  Megatron-Bridge ``training/config.py:521``, needs ``nvidia-resiliency-ext``, a CUDA package):
+  NeMo-RL's checkpoint config (``setup.py:907``; main ``:1250``) saves synchronously.
 - ``compile_helpers()`` (``initialize.py:147``) runs ``make``; PyPI's megatron-core wheel ships
   the built helper and no Makefile: nothing to build.
 - the CUDA tensor-type checks of gradient clipping (``clip_grads.py:174``) and of the
@@ -374,10 +377,23 @@ def _answer_auto_bridge(module: Any) -> None:
 
 
 def _answer_setup(module: Any) -> None:
-    """NeMo-RL's ``setup.py`` imported ``initialize_megatron`` by name (``:45``)."""
+    """NeMo-RL's ``setup.py`` imported ``initialize_megatron`` by name (``:45``); its
+    checkpoint config (``_create_checkpoint_config``, ``:907``; main ``:1250``) saves
+    synchronously: NeMo-RL main's recipes ask for asynchronous saves, whose default strategy
+    (Megatron-Bridge ``training/config.py:521``, ``nvrx``) needs ``nvidia-resiliency-ext``, a
+    CUDA package (the files written are the same)."""
     from megatron.bridge.training import initialize
 
     module.initialize_megatron = initialize.initialize_megatron
+    checkpoint_config = module._create_checkpoint_config
+
+    @functools.wraps(checkpoint_config)
+    def synchronous_checkpoint_config(*args: Any, **kwargs: Any) -> Any:
+        config = checkpoint_config(*args, **kwargs)
+        config.async_save = False
+        return config
+
+    module._create_checkpoint_config = synchronous_checkpoint_config
 
 
 # --- NeMo-RL's worker --------------------------------------------------------------------------
