@@ -1,4 +1,7 @@
-"""Real megatron-core on the CPU: the few CUDA assumptions it makes, answered on the CPU.
+"""Real megatron-core on the CPU for the parallel-loss tests' own gloo ranks
+(``tests/parallel_loss_ranks.py``): the few CUDA assumptions it makes, answered on the CPU.
+NeMo-RL's own Megatron worker (the recipes, ``tests/cpu/test_megatron_policy.py``) gets its
+answers from :mod:`nemo_mmpo.cpu.megatron_shims` instead.
 
 megatron-core 0.19.2 (PyPI) runs its ``GPTModel`` (local layer spec), parallel state, schedules,
 DDP and optimizer over gloo once the CUDA-only calls below are answered. Each shim is one named
@@ -12,7 +15,8 @@ Wrappers are module-level (``torch.tensor = ...``), not a ``TorchFunctionMode``:
 
 What stays stood in: Transformer Engine's core attention, where megatron-core would need it
 (context parallel, packed THD input): :class:`CPUCoreAttention`; Megatron-Bridge, whose classes
-NeMo-RL's modules import only for type hints: :func:`stub_megatron_bridge`.
+NeMo-RL's modules import only for type hints and which these ranks never run (importing it
+needs the worker's answers): :func:`stub_megatron_bridge`.
 """
 
 from __future__ import annotations
@@ -146,8 +150,8 @@ def cpu_grads_in_clip_grads() -> None:
 def _stub_class(qualified_name: str) -> type:
     def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError(
-            f"{qualified_name} is a type-hint stub for Megatron-Bridge, which does not install "
-            "here (nemo_mmpo/cpu/megatron_cpu.py); this path needs the real Megatron-Bridge"
+            f"{qualified_name} is a type-hint stub for Megatron-Bridge in the parallel-loss "
+            "ranks (nemo_mmpo/cpu/megatron_cpu.py); this path needs NeMo-RL's worker"
         )
 
     return type(qualified_name.rpartition(".")[2], (), {"__init__": refuse})
