@@ -109,9 +109,10 @@ def describe_problems(problems: list[Problem], where: str) -> str:
         first = found[0]
         if first.kind == "missing":
             parts.append(f"{key} is missing: {where} requires it")
-            continue
-        accepted = " or ".join(dict.fromkeys(_accepted(problem.message) for problem in found))
-        parts.append(f"{key}={first.given!r}: {where} accepts {accepted}")
+        else:
+            accepted = " or ".join(dict.fromkeys(_accepted(problem.message) for problem in found))
+            parts.append(f"{key}={first.given!r}: {where} accepts {accepted}")
+        where = "it"  # named once, in the first part
     return "; ".join(parts)
 
 

@@ -27,14 +27,16 @@ import os
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from snapshots import CONFIGS, snapshot_archives, unpack
 
 from nemo_mmpo import recipes
 from nemo_mmpo.errors import handle
 from nemo_mmpo.launch import train
 
+# the NeMo-RL suite's environment (3.13) has no hypothesis: this module runs on the 3.11 suite
+hypothesis = pytest.importorskip("hypothesis")
+st = pytest.importorskip("hypothesis.strategies")
+HealthCheck, given, settings = hypothesis.HealthCheck, hypothesis.given, hypothesis.settings
 RECIPES = sorted(path.name for path in CONFIGS.glob("*.yaml"))
 EXAMPLES = int(os.environ.get("NEMO_MMPO_OVERRIDE_EXAMPLES", "150"))
 
