@@ -222,7 +222,7 @@ submit_multinode() {  # submit_multinode NEMO_RL RUN OVERRIDES...: mmpo_multinod
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
     PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" JOB_NAME="mmpo-two-hosts-$run" \
     CONFIG=examples/configs/mmpo_tiny_cpu_two_hosts.yaml \
-        timeout 120 bash "$checkout_copy/slurm/mmpo_multinode.sh" \
+        timeout 300 bash "$checkout_copy/slurm/mmpo_multinode.sh" \
         grpo.val_period=0 grpo.val_at_start=false evaluation.enabled=false \
         checkpointing.save_period=1 checkpointing.keep_top_k=1000 \
         "checkpointing.checkpoint_dir=$WORK/runs/$run/checkpoints" \
@@ -267,8 +267,12 @@ run_snapshot() {  # run_snapshot NEMO_RL FAULT: the fault run, then its resubmis
         return
     fi
     out="$WORK/jobs/slurm-$job.out"
+    # (waits are generous: a 2-core machine at load 25 took over 4 minutes to reach step_2)
     has_step_2() { [[ -d "$checkpoints/step_2" ]] || job_ended "$job"; }
-    wait_until 240 has_step_2
+    if ! wait_until 600 has_step_2 || [[ ! -d "$checkpoints/step_2" ]]; then
+        check "$label: step_2 before the fault" 1 "job $job: $(job_state "$job"), no $checkpoints/step_2 after 600 s; $(tail -n 3 "$out" | tr '\n' ' ')"
+        return
+    fi
     lost_at=$SECONDS
     lose_node2 "$fault"
     # the job's batch script has ended: the line is out, the job off RUNNING (COMPLETING
@@ -301,14 +305,14 @@ run_snapshot() {  # run_snapshot NEMO_RL FAULT: the fault run, then its resubmis
     # then node2's raylet killed before the resumed run's first step (every step calls the
     # environment on node2: the run waits for ray.sub to restart the raylet)
     driver_started() { grep -q 'resuming from' "$logs/ray-driver.log" 2>/dev/null || job_ended "$job2"; }
-    wait_until 240 driver_started
+    wait_until 600 driver_started
     ray_status="$(timeout 60 srun --jobid="$job2" --overlap -N1 -n1 -w node1 "$VENV/bin/ray" status 2>&1)"
     ray_nodes="$(grep -c '^ *1 node_' <<< "$ray_status")"
     steps_before_kill="$(logged_steps "$logs/ray-driver.log")"
     raylets="$(namespace_pids node2 raylet | tr '\n' ' ')"
     # shellcheck disable=SC2086 # a list of process ids
     [[ -n "$raylets" ]] && kill -9 $raylets
-    wait_until 300 job_ended "$job2"
+    wait_until 600 job_ended "$job2"
     state="$(job_state "$job2")"
     [[ $ray_nodes -eq 2 ]]
     check "$label: ray status shows both nodes" $? "ray status inside job $job2: $ray_nodes active nodes: $(tail -n 5 <<< "$ray_status" | tr '\n' ' ')" "2 active nodes"
