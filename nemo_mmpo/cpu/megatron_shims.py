@@ -61,6 +61,9 @@ megatron-core and Megatron-Bridge:
   NeMo-RL's checkpoint config (``setup.py:907``; main ``:1250``) saves synchronously.
 - ``compile_helpers()`` (``initialize.py:147``) runs ``make``; PyPI's megatron-core wheel ships
   the built helper and no Makefile: nothing to build.
+- a checkpoint loaded into a fresh distributed optimizer over torch's Adam (TE's and Apex's
+  need a GPU) stops at ``distrib_optimizer.py:839`` (no state yet): megatron-core's own dummy
+  state first (``_init_optimizer_states_with_dummy_values``), replaced by the loaded values.
 - the CUDA tensor-type checks of gradient clipping (``clip_grads.py:174``) and of the
   distributed optimizer (``distrib_optimizer.py:477``): while they run, a CPU tensor's
   ``type()`` names the CUDA type.
@@ -300,6 +303,25 @@ def _cpu_rng_tracker_methods() -> None:
     tracker.add, tracker.fork = add, fork
 
 
+def _fresh_optimizer_loads(optimizer_class: type) -> None:
+    """Loading a checkpoint into a fresh distributed optimizer over torch's Adam (no TE or
+    Apex) fails at ``distrib_optimizer.py:839`` (``state_dict`` reads ``step`` from an empty
+    state): its state is first filled with megatron-core's own dummy values
+    (``_init_optimizer_states_with_dummy_values``, what its ``fsdp_dtensor`` path does,
+    ``:1641-1643``), which the loaded values then replace."""
+    sharded_state_dict = optimizer_class.sharded_state_dict
+
+    @functools.wraps(sharded_state_dict)
+    def with_state(
+        self: Any, model_sharded_state_dict: Any = None, is_loading: bool = False, **kwargs: Any
+    ) -> Any:
+        if is_loading and not self.optimizer.state:
+            self._init_optimizer_states_with_dummy_values()
+        return sharded_state_dict(self, model_sharded_state_dict or {}, is_loading, **kwargs)
+
+    optimizer_class.sharded_state_dict = with_state
+
+
 def _answer_megatron_core() -> None:
     from megatron.core.optimizer import clip_grads, distrib_optimizer
     from megatron.core.optimizer import optimizer as megatron_optimizer
@@ -308,6 +330,7 @@ def _answer_megatron_core() -> None:
     clip = _cuda_type_names(clip_grads.clip_grad_by_total_norm_fp32)
     clip_grads.clip_grad_by_total_norm_fp32 = clip
     megatron_optimizer.clip_grad_by_total_norm_fp32 = clip
+    _fresh_optimizer_loads(distrib_optimizer.DistributedOptimizer)
     groups = distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups
     distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups = staticmethod(
         _cuda_type_names(groups)
