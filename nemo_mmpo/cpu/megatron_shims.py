@@ -87,7 +87,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 from nemo_mmpo.cpu import import_hooks
@@ -188,6 +188,25 @@ def _gloo_instead_of_nccl() -> None:
     dist.barrier = lambda *args, device_ids=None, **kwargs: barrier(*args, **kwargs)
 
 
+class _CPUStream:
+    """A CUDA stream on the CPU: nothing runs asynchronously, so it waits for nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_event(self, *args: Any) -> None:
+        return None
+
+    def wait_stream(self, *args: Any) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def record_event(self, *args: Any) -> None:
+        return None
+
+
 def _cpu_device_questions() -> None:
     import torch
 
@@ -196,14 +215,9 @@ def _cpu_device_questions() -> None:
     torch.cuda.get_device_name = lambda *args, **kwargs: "cpu"
     for counter in ("memory_allocated", "memory_reserved", "max_memory_allocated"):
         setattr(torch.cuda, counter, lambda *args, **kwargs: 0)
-    stream = SimpleNamespace(
-        wait_event=lambda event: None,
-        wait_stream=lambda other: None,
-        synchronize=lambda: None,
-        record_event=lambda *args: None,
-    )
+    stream = _CPUStream()
     torch.cuda.current_stream = lambda *args, **kwargs: stream
-    torch.cuda.Stream = lambda *args, **kwargs: stream
+    torch.cuda.Stream = _CPUStream  # a class: annotations use ``torch.cuda.Stream | None``
     torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
     torch.cuda.synchronize = lambda *args, **kwargs: None
     torch.cuda.empty_cache = lambda: None

@@ -15,6 +15,7 @@ runs six steps with DMPO's loss.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from killed_runs import check_on_policy, check_resumed, run_until_step_then_kill
@@ -26,7 +27,7 @@ import_nemo_rl("vllm")
 import_nemo_rl("megatron.core")
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
-from nemo_mmpo.cpu import driver
+from nemo_mmpo.cpu import driver, megatron_policy
 from nemo_mmpo.recipes import load
 
 RECIPE = "mmpo_tiny_cpu_megatron.yaml"
@@ -70,7 +71,11 @@ def test_megatron_recipe_is_on_policy_resumes_after_kill_9_and_learns(
     overrides = [*fifty_step_overrides(tmp_path, tiny_warm_starts), "checkpointing.save_period=2"]
     _, summary, start = kill_and_resume(overrides, tmp_path, STEPS)
     config = load(CONFIGS_DIR / RECIPE, overrides).config
-    check_gain(RECIPE, config, summary, tiny_warm_starts)
+    # the worker's Megatron checkpoint, converted by NeMo-RL's own converter
+    exported = megatron_policy.export_hugging_face(
+        Path(summary["checkpoint"]), tmp_path / "checkpoints" / "hf_start", tmp_path / "hf_50"
+    )
+    check_gain(RECIPE, config, {"checkpoint": str(exported)}, tiny_warm_starts)
     report(
         request,
         f"megatron-worker {nemo_rl_checkout().name}: NeMo-RL's MegatronPolicyWorker (TP2) trained "
