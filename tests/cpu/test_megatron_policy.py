@@ -22,9 +22,10 @@ import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
+loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
+import_nemo_rl("megatron.core")
 if importlib.util.find_spec("megatron.bridge") is None:  # imported in the workers only (TE)
     import_nemo_rl("megatron.bridge")  # skips, or fails under CI, naming what is missing
-loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 BatchedDataDict = import_nemo_rl("nemo_rl.distributed.batched_data_dict").BatchedDataDict
 
 from nemo_mmpo.cpu import megatron_policy, megatron_shims
