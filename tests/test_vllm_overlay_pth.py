@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = (
     "import site, sys; site.addsitedir(sys.argv[1]); "
     "print('nemo_mmpo' in sys.modules, "
-    "any(type(finder).__name__ == '_ShimAfterImport' for finder in sys.meta_path))"
+    "any(type(finder).__name__ == 'ShimOnImport' for finder in sys.meta_path))"
 )
 
 

@@ -66,6 +66,8 @@ def generate(args: argparse.Namespace) -> None:
 
     _check_sampling(args)
     samples = _samples(args.samples)
+    if args.batch_size < 1:
+        raise MMPOInputError(f"--batch-size {args.batch_size}: give rows per sampler call >= 1")
     if "{}" not in args.template:
         raise MMPOInputError(f"--template {args.template!r}: put {{}} where the problem goes")
     local = {}
@@ -106,6 +108,7 @@ def generate(args: argparse.Namespace) -> None:
             samples,
             args.shard_index,
             args.num_shards,
+            batch_size=args.batch_size,
             template=args.template,
         )
         print(f"{counts}; grading: {dict(pool.counts)}")
@@ -205,6 +208,9 @@ def _add_generate(commands: Any) -> None:
     generate_parser.add_argument("--top-p", type=float, default=0.95)
     generate_parser.add_argument("--max-tokens", type=int, default=4096)
     generate_parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM only")
+    generate_parser.add_argument(
+        "--batch-size", type=int, default=64, help="rows per sampler call, each written when graded"
+    )
     generate_parser.add_argument("--seed", type=int, default=0)
     generate_parser.add_argument(
         "--template",

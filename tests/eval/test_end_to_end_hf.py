@@ -179,13 +179,15 @@ def test_killed_driver_leaves_no_worker_and_resumes_without_loss(tiny_model, pro
     environment = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
     environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), environment.get("PYTHONPATH", "")])
     command = [sys.executable, "-m", "nemo_mmpo.eval", *generate_args(tiny_model, problems, out)]
-    command[command.index("--samples") + 1] = "64"  # long enough to be killed mid-run
+    command[command.index("--samples") + 1] = "64"  # long enough to be killed mid-run:
+    command += ["--batch-size", "4"]  # 96 sampler calls, each written when graded
     driver = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and out.stat().st_size > 0):
         time.sleep(0.05)
     workers = [pid for pid in _marked_processes(mark) if pid != driver.pid]
     assert workers, "the grading workers should be running"
+    assert driver.poll() is None, "the driver finished before it was killed: make the run longer"
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     deadline = time.monotonic() + 10
