@@ -29,10 +29,10 @@ from contextlib import ExitStack
 
 import torch
 
-from nemo_mmpo.cpu.model import ModelShape, char_tokenizer, tiny_llama
-from nemo_mmpo.cpu.sampling import _generate, encode_prompts, sample_batch, token_logprobs
-from nemo_mmpo.cpu.task import AdditionTask
-from nemo_mmpo.cpu.warm_start import supervised_batch
+from nemo_mmpo.cpu.engines.sampling import _generate, encode_prompts, sample_batch, token_logprobs
+from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
+from nemo_mmpo.cpu.rig.task import AdditionTask
+from nemo_mmpo.cpu.rig.warm_start import supervised_batch
 
 GENERATION = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 12}
 
@@ -113,10 +113,11 @@ def start_vllm(stack: ExitStack, model, tokenizer, prompts):
     from nemo_rl.algorithms.grpo import refit_policy_generation
     from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 
-    from nemo_mmpo.cpu import vllm_generation, vllm_refit
-    from nemo_mmpo.cpu.policy import CPUPolicy
-    from nemo_mmpo.cpu.ray_cluster import ray_session
-    from nemo_mmpo.cpu.vllm_shims import SETUP_HOOK
+    from nemo_mmpo.cpu.answers import vllm_refit
+    from nemo_mmpo.cpu.answers.vllm_shims import SETUP_HOOK
+    from nemo_mmpo.cpu.engines import vllm_generation
+    from nemo_mmpo.cpu.engines.policy import CPUPolicy
+    from nemo_mmpo.cpu.engines.ray_cluster import ray_session
     from nemo_mmpo.nemo_rl import install
 
     install()

@@ -67,7 +67,7 @@ def single_rank_environment(work: Path) -> None:
 
 def write_tiny_model(folder: Path) -> Any:
     """The tiny Llama and its character tokenizer as a Hugging Face folder; the model."""
-    from nemo_mmpo.cpu.model import ModelShape, char_tokenizer, tiny_llama
+    from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
 
     tokenizer = char_tokenizer()
     model = tiny_llama(tokenizer, ModelShape(hidden_size=128, num_layers=2, num_heads=4), 0)

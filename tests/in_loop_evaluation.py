@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_mmpo.cpu.curves import reward_curve
+from nemo_mmpo.cpu.spread.curves import reward_curve
 
 #: the tiny task's held-out problems (every one is evaluated)
 HELD_OUT_PROBLEMS = 240

@@ -65,7 +65,7 @@ def check_on_policy(logs: Path, first: int, last: int) -> None:
     """NeMo-RL's ``token_mult_prob_error`` within :data:`ON_POLICY_BOUND` of 1 and
     ``gen_kl_error`` of 0 at every logged step, steps ``first`` to ``last`` among them (a
     killed run's last events may be lost unflushed)."""
-    from nemo_mmpo.cpu.curves import reward_curve
+    from nemo_mmpo.cpu.spread.curves import reward_curve
 
     errors = dict(reward_curve(logs, "train/token_mult_prob_error"))
     kl = dict(reward_curve(logs, "train/gen_kl_error"))

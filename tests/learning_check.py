@@ -2,7 +2,7 @@
 steps raise the policy's expected success on the first 512 training problems by more than
 :data:`MARGIN`.
 
-Expected success (:func:`nemo_mmpo.cpu.measure.expected_success`) is the probability that one
+Expected success (:func:`nemo_mmpo.cpu.rig.measure.expected_success`) is the probability that one
 sample is exactly the correct answer, computed from the policy's log-probabilities: it has no
 sampling noise, so what varies between machines is only the run itself. The margin comes from
 the spread of that gain over 13 runs of the transformers engine: 5 seeds with the default
@@ -52,7 +52,7 @@ def fifty_step_overrides(tmp_path: Path, warm_starts: Path) -> list[str]:
 def check_fifty_steps_learn(recipe: str, tmp_path: Path, warm_starts: Path) -> None:
     """Run ``recipe`` (a file of ``examples/configs``) for 50 steps, seed 0, from the shared
     warm-start cache, and check the gain in expected success."""
-    from nemo_mmpo.cpu import driver
+    from nemo_mmpo.cpu.rig import driver
     from nemo_mmpo.recipes import load
 
     config = load(CONFIGS_DIR / recipe, fifty_step_overrides(tmp_path, warm_starts)).config
@@ -65,10 +65,10 @@ def check_gain(recipe: str, config: dict, summary: dict, warm_starts: Path) -> N
     expected success on the first 512 training problems by more than :data:`MARGIN`."""
     from transformers import LlamaForCausalLM
 
-    from nemo_mmpo.cpu.measure import expected_success
-    from nemo_mmpo.cpu.model import char_tokenizer
-    from nemo_mmpo.cpu.rig_settings import TinySettings
-    from nemo_mmpo.cpu.task import AdditionTask
+    from nemo_mmpo.cpu.rig.measure import expected_success
+    from nemo_mmpo.cpu.rig.model import char_tokenizer
+    from nemo_mmpo.cpu.rig.rig_settings import TinySettings
+    from nemo_mmpo.cpu.rig.task import AdditionTask
 
     settings = TinySettings.from_config(config["cpu_backend"])
     spec = settings.warm_start_spec(config["policy"]["generation"])

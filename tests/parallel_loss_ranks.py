@@ -2,12 +2,12 @@
 
 ``tests/nemo_rl_adapter/test_parallel_loss.py`` writes a spec (``torch.save``) and runs
 :func:`main` in a fresh interpreter: ``python -c "from parallel_loss_ranks import main; main()"
-SPEC OUT``. That process installs the CPU shims (:mod:`nemo_mmpo.cpu.megatron_cpu`), imports
+SPEC OUT``. That process installs the CPU shims (:mod:`nemo_mmpo.cpu.answers.megatron_cpu`), imports
 megatron-core and NeMo-RL once, then for each launch forks ``world`` ranks that meet over gloo on
 127.0.0.1. For each layout (tensor x pipeline x context x data = world), every rank runs
 megatron-core's ``initialize_model_parallel``, builds its part of the tiny ``GPTModel``
-(:mod:`nemo_mmpo.cpu.megatron_model`) from the same one-process weights, and does what NeMo-RL's
-``Policy`` and ``MegatronPolicyWorker`` do (:mod:`nemo_mmpo.cpu.megatron_step`):
+(:mod:`nemo_mmpo.cpu.engines.megatron_model`) from the same one-process weights, and does what
+NeMo-RL's ``Policy`` and ``MegatronPolicyWorker`` do (:mod:`nemo_mmpo.cpu.engines.megatron_step`):
 
 - ``get_logprobs``: ``Policy._shard_for_logprob``, ``get_microbatch_iterator``,
   ``LogprobsPostProcessor`` through ``megatron_forward_backward`` (forward only), the shards put
@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from gloo_ranks import run_launch
 
-from nemo_mmpo.cpu import megatron_cpu
+from nemo_mmpo.cpu.answers import megatron_cpu
 
 SEED = 1234
 #: Where the batch carries each token's place in the whole batch (``row * seq_len + pos + 1``;
@@ -66,7 +66,7 @@ def coordinates() -> dict[str, Any]:
 def build(layout: dict, spec: dict, weights: dict | None) -> Any:
     """This rank's part of the tiny model, with the one-process ``weights`` (None: seeded with
     :data:`SEED`)."""
-    from nemo_mmpo.cpu.megatron_model import load_full, tiny_gpt
+    from nemo_mmpo.cpu.engines.megatron_model import load_full, tiny_gpt
 
     megatron_cpu.cpu_rng_tracker(SEED)
     model = tiny_gpt(spec["vocabulary"], spec["max_length"])
@@ -77,8 +77,8 @@ def build(layout: dict, spec: dict, weights: dict | None) -> Any:
 
 def get_logprobs(model: Any, cfg: dict, data: Any) -> Any:
     """``Policy.get_logprobs`` + ``MegatronPolicyWorker.get_logprobs`` on this rank
-    (:func:`nemo_mmpo.cpu.megatron_step.logprobs`)."""
-    from nemo_mmpo.cpu import megatron_step
+    (:func:`nemo_mmpo.cpu.engines.megatron_step.logprobs`)."""
+    from nemo_mmpo.cpu.engines import megatron_step
 
     return megatron_step.logprobs(model, cfg, data)
 
@@ -104,12 +104,12 @@ def record_calls(model: Any) -> list[dict[str, Any]]:
 
 def train(model: Any, cfg: dict, loss_fn: Any, train_data: Any) -> dict[str, Any]:
     """One ``Policy.train`` step (one global batch) and megatron-core's Adam step
-    (:func:`nemo_mmpo.cpu.megatron_step.train_step`), recording what the model was given and
+    (:func:`nemo_mmpo.cpu.engines.megatron_step.train_step`), recording what the model was given and
     the reduced gradients before the step."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    from nemo_mmpo.cpu import megatron_step
-    from nemo_mmpo.cpu.megatron_model import local_pieces
+    from nemo_mmpo.cpu.engines import megatron_step
+    from nemo_mmpo.cpu.engines.megatron_model import local_pieces
 
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, clip_grad=1.0, params_dtype=torch.float32),
@@ -172,7 +172,7 @@ def combine(ranks: list[dict], spec: dict) -> dict:
     """Rank 0: the layout's log-probs, and per loss the loss, full gradients, replica gaps."""
     from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 
-    from nemo_mmpo.cpu.megatron_model import gather_full
+    from nemo_mmpo.cpu.engines.megatron_model import gather_full
 
     def is_replica_zero(where: dict) -> bool:
         return where["dp"] == 0 and where["cp"] == 0
@@ -223,7 +223,7 @@ def prepare_rank(rank: int, world: int, launch: dict, spec: dict, out: Path) -> 
     """One rank: the seeded one-process model's weights (every layout's) and log-probs."""
     from megatron.core import parallel_state as ps
 
-    from nemo_mmpo.cpu.megatron_model import local_pieces
+    from nemo_mmpo.cpu.engines.megatron_model import local_pieces
 
     ps.initialize_model_parallel()
     (layout,) = launch["layouts"]
@@ -276,8 +276,8 @@ def main() -> None:
     import nemo_rl.models.megatron.train
     import nemo_rl.models.policy.lm_policy  # noqa: F401
 
-    import nemo_mmpo.cpu.megatron_model
-    import nemo_mmpo.cpu.megatron_step  # noqa: F401
+    import nemo_mmpo.cpu.engines.megatron_model
+    import nemo_mmpo.cpu.engines.megatron_step  # noqa: F401
 
     spec = torch.load(spec_path, weights_only=False)
     reference = spec["launches"][0]["layouts"][0]

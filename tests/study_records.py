@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nemo_mmpo.cpu.task import STRATA
+from nemo_mmpo.cpu.rig.task import STRATA
 
 
 def run_record(method: str, seed: int, success: list[float], never_solved: int) -> dict:

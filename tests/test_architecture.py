@@ -14,6 +14,14 @@ and those below)::
 
 An import inside a function of another layer's module is allowed only for the modules that
 import an optional dependency (NeMo-RL, Ray) at import time, listed in :data:`OPTIONAL`.
+
+Inside ``cpu`` the rooms are ordered the same way, lowest first (``nemo_mmpo.cpu.__main__``,
+the command, above them all)::
+
+    answers   the engines' CPU answers (each names the upstream line it answers)
+    engines   NeMo-RL's Megatron policy and vLLM generation on the CPU, the transformers policy
+    rig       the tiny task and model, warm start, measures, the driver
+    spread    many runs over seeds and numerics, their curves
 """
 
 from __future__ import annotations
@@ -38,12 +46,16 @@ SUBPACKAGE_LAYER = {
 #: them, so that the rest imports on a machine without them (a login node's ``--dry-run``).
 OPTIONAL = {
     "nemo_mmpo.nemo_rl.loss": "nemo_rl",
-    "nemo_mmpo.cpu.policy": "nemo_rl",
-    "nemo_mmpo.cpu.megatron_policy": "nemo_rl",
-    "nemo_mmpo.cpu.generation": "nemo_rl",
-    "nemo_mmpo.cpu.vllm_generation": "nemo_rl",
-    "nemo_mmpo.cpu.vllm_refit": "ray",
+    "nemo_mmpo.cpu.engines.policy": "nemo_rl",
+    "nemo_mmpo.cpu.engines.megatron_policy": "nemo_rl",
+    "nemo_mmpo.cpu.engines.generation": "nemo_rl",
+    "nemo_mmpo.cpu.engines.vllm_generation": "nemo_rl",
+    "nemo_mmpo.cpu.answers.vllm_refit": "ray",
 }
+
+
+#: the rooms of ``nemo_mmpo/cpu/``, lowest first
+CPU_ROOMS = ["answers", "engines", "rig", "spread"]
 
 
 def module_name(path: Path) -> str:
@@ -99,6 +111,30 @@ def test_every_module_belongs_to_a_layer():
     assert PACKAGE.is_dir() and len(MODULES) > 20
     subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
     assert subpackages <= set(SUBPACKAGE_LAYER), subpackages - set(SUBPACKAGE_LAYER)
+
+
+def cpu_room(module: str) -> int:
+    """The room's place in :data:`CPU_ROOMS`; the ``cpu`` package and its command above them."""
+    parts = module.split(".")
+    return CPU_ROOMS.index(parts[2]) if parts[2:3] and parts[2] in CPU_ROOMS else len(CPU_ROOMS)
+
+
+def test_every_cpu_module_is_in_a_room():
+    cpu = [module for module in MODULES if part(module) == "cpu"]
+    outside = {"nemo_mmpo.cpu", "nemo_mmpo.cpu.__main__"}
+    loose = [m for m in cpu if m not in outside and m.split(".")[2] not in CPU_ROOMS]
+    assert not loose, f"modules of nemo_mmpo/cpu/ outside the rooms {CPU_ROOMS}: {loose}"
+    assert {m.split(".")[2] for m in cpu if m not in outside} == set(CPU_ROOMS)
+
+
+def test_no_import_goes_up_a_cpu_room():
+    upward = [
+        f"{module}:{line} imports {target}"
+        for module, edges in EDGES.items()
+        for target, line, _ in edges
+        if part(module) == part(target) == "cpu" and cpu_room(target) > cpu_room(module)
+    ]
+    assert not upward, "\n".join(upward)
 
 
 def test_no_import_goes_up_a_layer():

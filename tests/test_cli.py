@@ -12,7 +12,7 @@ import pytest
 PROGRAM = """
 import atexit, threading
 from nemo_mmpo.cli import handle
-from nemo_mmpo.cpu.node_watch import {error}
+from nemo_mmpo.cpu.rig.node_watch import {error}
 
 atexit.register(threading.Event().wait)  # an exit hook that never returns
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_mmpo.cpu.vllm_shims import ENGINE_PROCESS_ENV
+from nemo_mmpo.cpu.answers.vllm_shims import ENGINE_PROCESS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = (

@@ -3,7 +3,7 @@
 NeMo-RL's real ``grpo_train`` / ``async_grpo_train`` / ``grpo_train_sync`` drive these objects:
 
 - :func:`char_tokenizer`: a real fast tokenizer, one token per character (no hub download;
-  the tiny CPU run's, from :mod:`nemo_mmpo.cpu.model`);
+  the tiny CPU run's, from :mod:`nemo_mmpo.cpu.rig.model`);
 - :class:`StandInPolicy`: log-probs from a fixed function of the tokens; ``train`` calls the
   loss function the trainer hands it on the whole batch and records inputs and outputs;
 - :class:`StandInGeneration`: answers arithmetic prompts with ``\\boxed{}``, right with a
@@ -12,8 +12,8 @@ NeMo-RL's real ``grpo_train`` / ``async_grpo_train`` / ``grpo_train_sync`` drive
 - :class:`RecordingLogger`.
 
 Checkpoints go through NeMo-RL's own ``CheckpointManager``. Both subclass NeMo-RL's interfaces
-through the CPU backends' driver-side bases (:mod:`nemo_mmpo.cpu.policy`,
-:mod:`nemo_mmpo.cpu.generation`), whose no-ops are the calls ``grpo_train`` makes on GPU
+through the CPU backends' driver-side bases (:mod:`nemo_mmpo.cpu.engines.policy`,
+:mod:`nemo_mmpo.cpu.engines.generation`), whose no-ops are the calls ``grpo_train`` makes on GPU
 workers.
 
 Real prompts, real binary rewards; only model, sampler and storage are stood in for.
@@ -31,9 +31,9 @@ from nemo_rl_support import import_nemo_rl
 
 import_nemo_rl("nemo_rl.models.policy.interfaces")  # the bases below subclass NeMo-RL's
 
-from nemo_mmpo.cpu.generation import DriverSideEngine
-from nemo_mmpo.cpu.model import EOS, PAD, char_tokenizer
-from nemo_mmpo.cpu.policy import DriverSidePolicy
+from nemo_mmpo.cpu.engines.generation import DriverSideEngine
+from nemo_mmpo.cpu.engines.policy import DriverSidePolicy
+from nemo_mmpo.cpu.rig.model import EOS, PAD, char_tokenizer
 
 __all__ = ["char_tokenizer"]  # the tests' tokenizer is the tiny CPU run's
 

@@ -5,7 +5,7 @@
 - ``plot NAME=LOG_DIR[,LOG_DIR...] ... --out FIGURE.png``: training reward, mean and band over
   the runs (seeds) of each name;
 - ``spread --out DIR``: the tiny recipe over seeds and perturbed numerics
-  (:mod:`nemo_mmpo.cpu.robustness`).
+  (:mod:`nemo_mmpo.cpu.spread.robustness`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from nemo_mmpo.recipes import load
 
 
 def warm_start_command(args: argparse.Namespace, overrides: list[str]) -> int:
-    from nemo_mmpo.cpu.measure import success_profile
-    from nemo_mmpo.cpu.model import char_tokenizer
-    from nemo_mmpo.cpu.rig_settings import TinySettings
-    from nemo_mmpo.cpu.warm_start import load_or_make
+    from nemo_mmpo.cpu.rig.measure import success_profile
+    from nemo_mmpo.cpu.rig.model import char_tokenizer
+    from nemo_mmpo.cpu.rig.rig_settings import TinySettings
+    from nemo_mmpo.cpu.rig.warm_start import load_or_make
 
     config = load(args.config, overrides).config
     settings = TinySettings.from_config(config.get("cpu_backend"))
@@ -45,7 +45,7 @@ def warm_start_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def plot_command(args: argparse.Namespace) -> int:
-    from nemo_mmpo.cpu.curves import plot_reward_bands
+    from nemo_mmpo.cpu.spread.curves import plot_reward_bands
 
     runs: dict[str, list[str]] = {}
     for spec in args.runs:
@@ -58,7 +58,7 @@ def plot_command(args: argparse.Namespace) -> int:
 
 
 def spread_command(args: argparse.Namespace, overrides: list[str]) -> int:
-    from nemo_mmpo.cpu.robustness import run_spread
+    from nemo_mmpo.cpu.spread.robustness import run_spread
 
     summary = run_spread(
         Path(args.out),
@@ -79,8 +79,8 @@ def spread_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.cpu") -> int:
-    from nemo_mmpo.cpu.robustness import VARIANTS
-    from nemo_mmpo.cpu.runs import TINY_RECIPE
+    from nemo_mmpo.cpu.spread.robustness import VARIANTS
+    from nemo_mmpo.cpu.spread.runs import TINY_RECIPE
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

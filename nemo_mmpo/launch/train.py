@@ -5,7 +5,7 @@
 2. Run every rule (:mod:`nemo_mmpo.launch.rules`): all errors are printed, then exit status 2.
 3. Print the plan (:mod:`nemo_mmpo.launch.plan`), the warnings, and with ``--print-config`` the
    resolved config as YAML. ``--dry-run`` stops here; it needs no GPU and no NeMo-RL.
-4. Train: the tiny CPU run for ``cpu_backend.enabled`` recipes (:mod:`nemo_mmpo.cpu.driver`);
+4. Train: the tiny CPU run for ``cpu_backend.enabled`` recipes (:mod:`nemo_mmpo.cpu.rig.driver`);
    otherwise write the MATH data files if missing, ``install()`` our estimator and loss, and
    run NeMo-RL's own ``examples/run_grpo.py`` with the same (absolute) config and overrides.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nemo_mmpo import recipes
 from nemo_mmpo.checkout import CONFIGS_DIR, REPO_ROOT, find_nemo_rl_root
-from nemo_mmpo.cpu import driver
+from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.data import prepare_training_data
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.launch import plan, rules

@@ -11,8 +11,8 @@ them (``checkpointing.metric_name: val:paper/average``); ``accuracy`` stays, poo
 
 The engine must sample with settings of its own: ``sample_texts(prompts, samples, seed,
 temperature=, top_p=, max_new_tokens=)`` (the CPU engines, NeMo-RL's ``VllmGeneration`` on CPU
-included: :class:`nemo_mmpo.cpu.vllm_generation.CPUVllmGeneration`). NeMo-RL's vLLM engines on
-a GPU sample with the training settings fixed at start-up, so GPU recipes evaluate their
+included: :class:`nemo_mmpo.cpu.engines.vllm_generation.CPUVllmGeneration`). NeMo-RL's vLLM engines
+on a GPU sample with the training settings fixed at start-up, so GPU recipes evaluate their
 checkpoints alongside training with ``nemo-mmpo eval watch`` instead
 (``evaluation.in_loop: false``).
 """

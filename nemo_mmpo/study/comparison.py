@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from nemo_mmpo.cpu.curves import reward_curve
-from nemo_mmpo.cpu.task import STRATA, Problem
+from nemo_mmpo.cpu.rig.task import STRATA, Problem
+from nemo_mmpo.cpu.spread.curves import reward_curve
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.metrics import (
     TABLE_PASS_AT,

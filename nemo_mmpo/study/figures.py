@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nemo_mmpo.cpu.curves import plot_reward_curves
+from nemo_mmpo.cpu.spread.curves import plot_reward_curves
 from nemo_mmpo.eval.metrics import lorenz_curve
 from nemo_mmpo.io import finish_figure, pyplot
 from nemo_mmpo.study.methods import ALL_METHODS

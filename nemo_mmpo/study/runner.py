@@ -6,8 +6,8 @@ every ``eval_every`` steps on the 240 held-out problems (16 samples at temperatu
 0.95). Runs are paired: every method of a seed starts from the same warm start (one cache for
 the study) and sees the same problems in the same order. Seed by seed, so a study cut short
 still holds complete pairs. A finished run is skipped; an interrupted one resumes from its
-newest checkpoint (:func:`nemo_mmpo.cpu.runs.run_recipe`). A run recorded in the study folder's
-``records/`` with no run folder (a study continued from committed records, such as
+newest checkpoint (:func:`nemo_mmpo.cpu.spread.runs.run_recipe`). A run recorded in the study
+folder's ``records/`` with no run folder (a study continued from committed records, such as
 ``docs/results/``) is skipped too, and ``study report`` reads its record; a seed is either
 recorded whole or run whole here, so that its methods share one warm start.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.cpu.runs import TINY_RECIPE, finished, run_recipe
+from nemo_mmpo.cpu.spread.runs import TINY_RECIPE, finished, run_recipe
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.study.comparison import record_path
 from nemo_mmpo.study.methods import ALL_METHODS, METHODS

@@ -22,10 +22,10 @@ interfaces = {
     "generation": import_nemo_rl("nemo_rl.models.generation.interfaces").GenerationInterface,
 }
 
-from nemo_mmpo.cpu.generation import CPUGeneration, SeparateCPUGeneration
-from nemo_mmpo.cpu.model import ModelShape, char_tokenizer
-from nemo_mmpo.cpu.model import tiny_llama as build_tiny_llama
-from nemo_mmpo.cpu.policy import CPUPolicy, DriverSidePolicy
+from nemo_mmpo.cpu.engines.generation import CPUGeneration, SeparateCPUGeneration
+from nemo_mmpo.cpu.engines.policy import CPUPolicy, DriverSidePolicy
+from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer
+from nemo_mmpo.cpu.rig.model import tiny_llama as build_tiny_llama
 
 
 def tiny_llama(tokenizer):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nemo_mmpo.cpu.measure import expected_success, success_probabilities, success_profile
-from nemo_mmpo.cpu.model import ModelShape, char_tokenizer, tiny_llama
-from nemo_mmpo.cpu.task import AdditionTask
+from nemo_mmpo.cpu.rig.measure import expected_success, success_probabilities, success_profile
+from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
+from nemo_mmpo.cpu.rig.task import AdditionTask
 
 
 def chain_rule(model, tokenizer, problem, temperature):
@@ -47,7 +47,7 @@ def test_batched_probabilities_equal_the_chain_rule_per_problem(temperature):
 def test_the_profile_counts_the_probabilities(monkeypatch):
     values = torch.tensor([0.05, 0.1, 0.19, 0.2, 0.5, 0.8, 0.81, 0.99], dtype=torch.float64)
     monkeypatch.setattr(
-        "nemo_mmpo.cpu.measure.success_probabilities", lambda *args, **kwargs: values
+        "nemo_mmpo.cpu.rig.measure.success_probabilities", lambda *args, **kwargs: values
     )
     profile = success_profile(None, None, [])
     assert profile == {

@@ -1,5 +1,5 @@
 """NeMo-RL's own ``MegatronPolicyWorker`` (through NeMo-RL's ``Policy`` and Ray, with the CPU
-answers of ``nemo_mmpo/cpu/megatron_shims.py``) against one process.
+answers of ``nemo_mmpo/cpu/answers/megatron_shims.py``) against one process.
 
 The worker imports the tiny Llama's Hugging Face folder through Megatron-Bridge and trains it
 with NeMo-RL's ``ClippedPGLossFn`` and megatron-core's Adam (no weight decay, clipping at 1.0);
@@ -28,10 +28,11 @@ if importlib.util.find_spec("megatron.bridge") is None:  # imported in the worke
     import_nemo_rl("megatron.bridge")  # skips, or fails under CI, naming what is missing
 BatchedDataDict = import_nemo_rl("nemo_rl.distributed.batched_data_dict").BatchedDataDict
 
-from nemo_mmpo.cpu import megatron_policy, megatron_shims
-from nemo_mmpo.cpu.model import ModelShape, char_tokenizer, tiny_llama
-from nemo_mmpo.cpu.policy import CPUPolicy
-from nemo_mmpo.cpu.ray_cluster import ray_session
+from nemo_mmpo.cpu.answers import megatron_shims
+from nemo_mmpo.cpu.engines import megatron_policy
+from nemo_mmpo.cpu.engines.policy import CPUPolicy
+from nemo_mmpo.cpu.engines.ray_cluster import ray_session
+from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
 
 LEARNING_RATE = 1e-3
 TEMPERATURE = 0.7

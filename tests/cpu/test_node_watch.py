@@ -17,8 +17,8 @@ import pytest
 pytestmark = pytest.mark.nemo_rl  # the NeMo-RL suite's environment has Ray
 ray = pytest.importorskip("ray")
 
-from nemo_mmpo.cpu.console import ProgressLogger
-from nemo_mmpo.cpu.node_watch import NodeDiedError, TrainingStalledError, watch_nodes
+from nemo_mmpo.cpu.rig.console import ProgressLogger
+from nemo_mmpo.cpu.rig.node_watch import NodeDiedError, TrainingStalledError, watch_nodes
 from nemo_mmpo.nemo_rl.versions import ASYNC_RESUME_FIX, async_resume_can_stall
 
 HEAD = {"NodeID": "a" * 56, "NodeManagerAddress": "10.0.0.1", "Alive": True, "Resources": {}}
@@ -124,7 +124,7 @@ class Lines:
 
 
 def stall_check(progress, timeout_s):
-    driver = pytest.importorskip("nemo_mmpo.cpu.driver")
+    driver = pytest.importorskip("nemo_mmpo.cpu.rig.driver")
     grpo = pytest.importorskip("nemo_rl.algorithms.grpo")
     return driver._stall_check(progress, timeout_s, grpo)
 

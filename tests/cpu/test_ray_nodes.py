@@ -39,9 +39,9 @@ from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 
-from nemo_mmpo.cpu import driver
-from nemo_mmpo.cpu.generation import SeparateCPUGeneration
-from nemo_mmpo.cpu.policy import CPUPolicy
+from nemo_mmpo.cpu.engines.generation import SeparateCPUGeneration
+from nemo_mmpo.cpu.engines.policy import CPUPolicy
+from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.nemo_rl.versions import async_resume_can_stall
 from nemo_mmpo.recipes import load
 

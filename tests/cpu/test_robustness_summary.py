@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 
 from torch.utils.tensorboard import SummaryWriter
 
-from nemo_mmpo.cpu.robustness import summarise
+from nemo_mmpo.cpu.spread.robustness import summarise
 
 
 def _record(tmp_path, variant, seed, rewards, curve):

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from nemo_mmpo.cpu.model import char_tokenizer
-from nemo_mmpo.cpu.task import STRATA, AdditionTask, Problem, datum, write_benchmark_file
+from nemo_mmpo.cpu.rig.model import char_tokenizer
+from nemo_mmpo.cpu.rig.task import STRATA, AdditionTask, Problem, datum, write_benchmark_file
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.verify import grade_serially
 from nemo_mmpo.settings import parse

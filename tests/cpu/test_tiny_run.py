@@ -24,11 +24,11 @@ pytestmark = pytest.mark.nemo_rl
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows
-from nemo_mmpo.cpu import driver
-from nemo_mmpo.cpu.curves import reward_curve
-from nemo_mmpo.cpu.generation import SeparateCPUGeneration
-from nemo_mmpo.cpu.policy import CPUPolicy
-from nemo_mmpo.cpu.sampling import token_logprobs
+from nemo_mmpo.cpu.engines.generation import SeparateCPUGeneration
+from nemo_mmpo.cpu.engines.policy import CPUPolicy
+from nemo_mmpo.cpu.engines.sampling import token_logprobs
+from nemo_mmpo.cpu.rig import driver
+from nemo_mmpo.cpu.spread.curves import reward_curve
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator
 from nemo_mmpo.recipes import load
 

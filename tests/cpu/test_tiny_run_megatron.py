@@ -27,7 +27,8 @@ import_nemo_rl("vllm")
 import_nemo_rl("megatron.core")
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
-from nemo_mmpo.cpu import driver, megatron_policy
+from nemo_mmpo.cpu.engines import megatron_policy
+from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.recipes import load
 
 RECIPE = "mmpo_tiny_cpu_megatron.yaml"

@@ -33,10 +33,10 @@ pytestmark = pytest.mark.nemo_rl
 import_nemo_rl("vllm")
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
-from nemo_mmpo.cpu import driver
-from nemo_mmpo.cpu.curves import reward_curve
-from nemo_mmpo.cpu.policy import CPUPolicy
-from nemo_mmpo.cpu.sampling import token_logprobs
+from nemo_mmpo.cpu.engines.policy import CPUPolicy
+from nemo_mmpo.cpu.engines.sampling import token_logprobs
+from nemo_mmpo.cpu.rig import driver
+from nemo_mmpo.cpu.spread.curves import reward_curve
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.recipes import load
 

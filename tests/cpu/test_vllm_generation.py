@@ -31,12 +31,13 @@ grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 
-from nemo_mmpo.cpu import vllm_generation, vllm_refit
-from nemo_mmpo.cpu.model import ModelShape, char_tokenizer, tiny_llama
-from nemo_mmpo.cpu.policy import CPUPolicy
-from nemo_mmpo.cpu.ray_cluster import ray_session
-from nemo_mmpo.cpu.sampling import token_logprobs
-from nemo_mmpo.cpu.vllm_shims import SETUP_HOOK
+from nemo_mmpo.cpu.answers import vllm_refit
+from nemo_mmpo.cpu.answers.vllm_shims import SETUP_HOOK
+from nemo_mmpo.cpu.engines import vllm_generation
+from nemo_mmpo.cpu.engines.policy import CPUPolicy
+from nemo_mmpo.cpu.engines.ray_cluster import ray_session
+from nemo_mmpo.cpu.engines.sampling import token_logprobs
+from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
 from nemo_mmpo.nemo_rl import install
 
 TEMPERATURE = 0.7

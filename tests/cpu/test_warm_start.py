@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from nemo_mmpo.cpu.model import ModelShape, char_tokenizer, tiny_llama
-from nemo_mmpo.cpu.task import AdditionTask
-from nemo_mmpo.cpu.warm_start import (
+from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
+from nemo_mmpo.cpu.rig.task import AdditionTask
+from nemo_mmpo.cpu.rig.warm_start import (
     INFO_FILE,
     Sampler,
     WarmStartError,
@@ -160,7 +160,7 @@ def test_the_cache_returns_the_same_weights_without_training(tmp_path, monkeypat
         sampler=SAMPLER,
         seed=1,
     )
-    import nemo_mmpo.cpu.warm_start as module
+    import nemo_mmpo.cpu.rig.warm_start as module
 
     original = module.warm_start
     monkeypatch.setattr(

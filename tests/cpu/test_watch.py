@@ -26,7 +26,7 @@ from nemo_rl_support import CONFIGS_DIR, import_nemo_rl
 pytestmark = pytest.mark.nemo_rl
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
-from nemo_mmpo.cpu.curves import reward_curve
+from nemo_mmpo.cpu.spread.curves import reward_curve
 from nemo_mmpo.eval.protocol import read_steps
 from nemo_mmpo.eval.rollouts import load_run
 

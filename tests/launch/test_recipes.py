@@ -395,7 +395,7 @@ def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_pat
 
 
 def test_the_tiny_async_driver_shuffles_whole_epochs_into_one_pass():
-    from nemo_mmpo.cpu.driver import epochs_in_one_pass
+    from nemo_mmpo.cpu.rig.driver import epochs_in_one_pass
 
     tiny = load_run_config(ROOT / "examples/configs/mmpo_tiny_cpu_async.yaml")
     assert validate_async(tiny.config) == []  # 300 steps: the driver repeats the epochs

@@ -14,7 +14,7 @@ CP=2 x DP=2 and TP=2 x CP=2 (fused), the reported loss, the log-probs (NeMo-RL's
 shards rebuilt into the one-process model's tensors) equal the one-process step's; after Adam's
 step the data- and context-parallel replicas hold identical parameters. Only Transformer
 Engine's core attention is stood in for, where megatron-core needs it (context parallel, packed
-input): ``CPUCoreAttention`` in ``nemo_mmpo/cpu/megatron_cpu.py``, with the CPU shims.
+input): ``CPUCoreAttention`` in ``nemo_mmpo/cpu/answers/megatron_cpu.py``, with the CPU shims.
 
 Tolerance: 1e-5 relative (the loss; log-probs and each parameter's gradient in the Euclidean
 norm, against the whole log-probs' and gradient's norms). The model runs in float32 and each

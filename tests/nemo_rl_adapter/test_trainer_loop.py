@@ -238,7 +238,7 @@ def async_trainer(config, tmp_path):
     """NeMo-RL's ``async_grpo_train`` with its collector and replay buffer on this interpreter,
     as the tiny CPU driver runs them (NeMo-RL's registry puts those two Ray actors in its vLLM
     environment, a uv-built venv with vLLM, which cannot exist here)."""
-    from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter
+    from nemo_mmpo.cpu.engines.ray_cluster import collector_on_this_interpreter
 
     system = import_nemo_rl("nemo_rl.distributed.virtual_cluster").PY_EXECUTABLES.SYSTEM
     with collector_on_this_interpreter(system):

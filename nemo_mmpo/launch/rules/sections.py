@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_mmpo.cpu.rig_settings import (
+from nemo_mmpo.cpu.rig.rig_settings import (
     Layout,
     TinySettings,
     unread_cpu_settings,
@@ -48,7 +48,7 @@ def unread_settings(config: dict[str, Any], findings: Findings) -> None:
 @rule
 def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     """The tiny CPU rig's ``cpu_backend`` section (typed) when it is enabled; the vLLM engine
-    outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig_settings.vllm_engine_problem`);
+    outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig.rig_settings.vllm_engine_problem`);
     a Megatron layout that does not divide ``megatron_ranks``."""
     section = value(config, "cpu_backend")
     if not section or not section.get("enabled"):

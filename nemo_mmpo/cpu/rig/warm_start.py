@@ -32,9 +32,9 @@ from typing import Any, Literal
 import torch
 from pydantic import Field, model_validator
 
-from nemo_mmpo.cpu.measure import Sampler, success_rate
-from nemo_mmpo.cpu.model import EOS, PAD, ModelShape, tiny_llama
-from nemo_mmpo.cpu.task import AdditionTask, Problem
+from nemo_mmpo.cpu.rig.measure import Sampler, success_rate
+from nemo_mmpo.cpu.rig.model import EOS, PAD, ModelShape, tiny_llama
+from nemo_mmpo.cpu.rig.task import AdditionTask, Problem
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.settings import Settings
 

@@ -2,7 +2,7 @@
 
 What NeMo-RL's ``Policy`` (driver side) and ``MegatronPolicyWorker`` (each rank) do around
 megatron-core, with NeMo-RL's own functions and the model and optimizer built by us: the
-parallel-loss tests' ranks (NeMo-RL's own worker, :mod:`nemo_mmpo.cpu.megatron_policy`, runs
+parallel-loss tests' ranks (NeMo-RL's own worker, :mod:`nemo_mmpo.cpu.engines.megatron_policy`, runs
 the recipes):
 
 - :func:`logprobs`: ``Policy._shard_for_logprob``, ``get_microbatch_iterator``,

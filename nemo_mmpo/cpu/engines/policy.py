@@ -20,8 +20,8 @@ import torch
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 from nemo_rl.models.policy.interfaces import ColocatablePolicyInterface
 
-from nemo_mmpo.cpu import vllm_refit
-from nemo_mmpo.cpu.sampling import token_logprobs
+from nemo_mmpo.cpu.answers import vllm_refit
+from nemo_mmpo.cpu.engines.sampling import token_logprobs
 
 
 class SingleRank:
@@ -111,7 +111,7 @@ class CPUPolicy(DriverSidePolicy):
         )
         self.temperature = float((policy_config.get("generation") or {}).get("temperature", 1.0))
         self.steps = 0
-        #: The :class:`~nemo_mmpo.cpu.vllm_refit.WeightMailbox` when the engine is NeMo-RL's
+        #: The :class:`~nemo_mmpo.cpu.answers.vllm_refit.WeightMailbox` when the engine is NeMo-RL's
         #: vLLM generation: refits publish the weights there, through Ray's object store.
         self.weight_mailbox: Any = None
 

@@ -7,7 +7,7 @@
 
 Both subclass NeMo-RL's abstract interface, so a method NeMo-RL adds fails at construction.
 The returned ``logprobs`` are the sampling model's for the sampled tokens at the sampling
-temperature (:func:`nemo_mmpo.cpu.sampling.sample_batch`).
+temperature (:func:`nemo_mmpo.cpu.engines.sampling.sample_batch`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import torch
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 from nemo_rl.models.generation.interfaces import GenerationInterface
 
-from nemo_mmpo.cpu.policy import CPUPolicy
-from nemo_mmpo.cpu.sampling import sample_batch, sample_texts
+from nemo_mmpo.cpu.engines.policy import CPUPolicy
+from nemo_mmpo.cpu.engines.sampling import sample_batch, sample_texts
 
 
 def sample_with_own_seed(model: Any, tokenizer: Any, seed: int, **settings: Any) -> list[list[str]]:
-    """:func:`~nemo_mmpo.cpu.sampling.sample_texts` from its own seeded random state, leaving the
-    caller's untouched (an evaluation must not change what training samples next)."""
+    """:func:`~nemo_mmpo.cpu.engines.sampling.sample_texts` from its own seeded random state,
+    leaving the caller's untouched (an evaluation must not change what training samples next)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return sample_texts(model, tokenizer, **settings)
@@ -34,7 +34,7 @@ def sample_with_own_seed(model: Any, tokenizer: Any, seed: int, **settings: Any)
 def sample(
     model: Any, tokenizer: Any, data: Any, generation_config: dict[str, Any], greedy: bool
 ) -> BatchedDataDict:
-    """:func:`~nemo_mmpo.cpu.sampling.sample_batch` on NeMo-RL's ``BatchedDataDict``."""
+    """:func:`~nemo_mmpo.cpu.engines.sampling.sample_batch` on NeMo-RL's ``BatchedDataDict``."""
     return BatchedDataDict(
         sample_batch(
             model, tokenizer, data["input_ids"], data["input_lengths"], generation_config, greedy

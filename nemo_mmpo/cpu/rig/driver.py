@@ -3,9 +3,10 @@
 ``examples/run_mmpo_math.py --config examples/configs/mmpo_tiny_cpu.yaml`` lands in :func:`run`
 when the recipe has ``cpu_backend.enabled: true``. What is ours and what is NeMo-RL's:
 
-- ours: the CPU policy and generation engines (:mod:`nemo_mmpo.cpu.policy`,
-  :mod:`nemo_mmpo.cpu.generation`), the task (:mod:`nemo_mmpo.cpu.task`), the tiny Llama and
-  its tokenizer, the measured warm start (:mod:`nemo_mmpo.cpu.warm_start`), and this driver,
+- ours: the CPU policy and generation engines (:mod:`nemo_mmpo.cpu.engines.policy`,
+  :mod:`nemo_mmpo.cpu.engines.generation`), the task (:mod:`nemo_mmpo.cpu.rig.task`), the tiny
+  Llama and
+  its tokenizer, the measured warm start (:mod:`nemo_mmpo.cpu.rig.warm_start`), and this driver,
   which stands where NeMo-RL's ``setup()`` would build GPU workers;
 - NeMo-RL's: ``grpo_train`` (``async_grpo_train`` with its trajectory collector and replay
   buffer for ``mmpo_tiny_cpu_async.yaml``), batch collation, the Math-Verify
@@ -30,13 +31,13 @@ from typing import Any
 
 import torch
 
-from nemo_mmpo.cpu.console import ProgressLogger, output_to_file
-from nemo_mmpo.cpu.model import char_tokenizer
-from nemo_mmpo.cpu.node_watch import watch_nodes
-from nemo_mmpo.cpu.ray_cluster import collector_on_this_interpreter, ray_session
-from nemo_mmpo.cpu.rig_settings import TinySettings, vllm_engine_problem
-from nemo_mmpo.cpu.task import datum, write_benchmark_file
-from nemo_mmpo.cpu.warm_start import load_or_make
+from nemo_mmpo.cpu.engines.ray_cluster import collector_on_this_interpreter, ray_session
+from nemo_mmpo.cpu.rig.console import ProgressLogger, output_to_file
+from nemo_mmpo.cpu.rig.model import char_tokenizer
+from nemo_mmpo.cpu.rig.node_watch import watch_nodes
+from nemo_mmpo.cpu.rig.rig_settings import TinySettings, vllm_engine_problem
+from nemo_mmpo.cpu.rig.task import datum, write_benchmark_file
+from nemo_mmpo.cpu.rig.warm_start import load_or_make
 from nemo_mmpo.errors import MMPOInputError, NodeDiedError, TrainingStalledError
 from nemo_mmpo.nemo_rl import install, versions
 from nemo_mmpo.nemo_rl.sections import plain
@@ -206,7 +207,7 @@ def _megatron_start(settings: TinySettings, tokenizer: Any, master: dict, checkp
     checkpoint)`` for NeMo-RL's Megatron policy: the newest checkpoint's Megatron weights and
     optimizer when there is one (resume, as NeMo-RL's ``setup()``), always with the warm start's
     folder as ``model_name`` (made once per run, before its first step)."""
-    from nemo_mmpo.cpu.megatron_policy import START_FOLDER, save_start_folder
+    from nemo_mmpo.cpu.engines.megatron_policy import START_FOLDER, save_start_folder
 
     checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
     last = checkpointer.get_latest_checkpoint_path()
@@ -252,7 +253,7 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     from nemo_rl.utils.logger import Logger
 
     # imports nemo_rl and ray: not on a login node
-    from nemo_mmpo.cpu import megatron_shims, vllm_shims
+    from nemo_mmpo.cpu.answers import megatron_shims, vllm_shims
 
     master_config = grpo.MasterConfig(**raw_config)  # NeMo-RL validates it (v0.7.0 and main)
     master = {name: plain(getattr(master_config, name)) for name in raw_config}
@@ -398,8 +399,8 @@ def cpu_policy(
     ``Policy`` with its ``MegatronPolicyWorker`` actors (``model``: what
     :func:`_megatron_start` returns) on ``cpu_backend.megatron_ranks`` CPU workers."""
     # import ray and NeMo-RL where a run starts, as cpu.policy
-    from nemo_mmpo.cpu import megatron_policy
-    from nemo_mmpo.cpu.policy import CPUPolicy
+    from nemo_mmpo.cpu.engines import megatron_policy
+    from nemo_mmpo.cpu.engines.policy import CPUPolicy
 
     if settings.policy == "megatron":
         start_folder, weights_path, optimizer_path, _, _ = model
@@ -426,9 +427,9 @@ def cpu_policy(
 
 def _vllm_policy_section(master: dict, model_dir: Path, tokenizer: Any) -> dict[str, Any]:
     """NeMo-RL's ``policy`` section with ``generation`` as the vLLM engine gets it
-    (:func:`~nemo_mmpo.cpu.vllm_generation.cpu_generation_config`): NeMo-RL's workers read it
-    (the refit's export checks the KV cache's dtype, ``megatron_policy_worker.py:1352``)."""
-    from nemo_mmpo.cpu import vllm_generation
+    (:func:`~nemo_mmpo.cpu.engines.vllm_generation.cpu_generation_config`): NeMo-RL's workers read
+    it (the refit's export checks the KV cache's dtype, ``megatron_policy_worker.py:1352``)."""
+    from nemo_mmpo.cpu.engines import vllm_generation
 
     generation = vllm_generation.cpu_generation_config(
         master["policy"]["generation"],
@@ -449,8 +450,8 @@ def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[t
 
     # import ray (and vLLM's NeMo-RL classes) at import time, as cpu.policy does: imported
     # only where a run starts
-    from nemo_mmpo.cpu import vllm_generation
-    from nemo_mmpo.cpu.generation import CPUGeneration, SeparateCPUGeneration
+    from nemo_mmpo.cpu.engines import vllm_generation
+    from nemo_mmpo.cpu.engines.generation import CPUGeneration, SeparateCPUGeneration
 
     asynchronous = bool((master["grpo"].get("async_grpo") or {}).get("enabled"))
     placement = settings.placement
@@ -481,7 +482,8 @@ def _vllm_engine(policy: Any, master: dict) -> Any:
     """NeMo-RL's ``VllmGeneration`` on a CPU Ray bundle, started from the policy's weights
     saved in ``<logger.log_dir>/vllm_model`` (vLLM reads the config and tokenizer there; its
     weights arrive by NeMo-RL's refit, through Ray's object store)."""
-    from nemo_mmpo.cpu import vllm_generation, vllm_refit
+    from nemo_mmpo.cpu.answers import vllm_refit
+    from nemo_mmpo.cpu.engines import vllm_generation
 
     problem = vllm_engine_problem(master)
     if problem:

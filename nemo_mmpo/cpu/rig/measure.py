@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from nemo_mmpo.cpu.model import EOS
-from nemo_mmpo.cpu.sampling import sample_texts, token_logprobs
-from nemo_mmpo.cpu.task import Problem
+from nemo_mmpo.cpu.engines.sampling import sample_texts, token_logprobs
+from nemo_mmpo.cpu.rig.model import EOS
+from nemo_mmpo.cpu.rig.task import Problem
 from nemo_mmpo.eval.verify import make_scorer
 from nemo_mmpo.settings import Settings
 

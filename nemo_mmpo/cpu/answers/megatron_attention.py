@@ -7,7 +7,7 @@ plain-torch spec, whose ``DotProductAttention`` refuses context parallel
 (``dot_product_attention.py:57``) and packed THD input (``:153``), which NeMo-RL's sequence
 packing feeds it. :class:`CPUCoreAttention` answers both in plain torch;
 :func:`cpu_layer_spec` is ``local_layer_spec`` with it as the core attention; the CPU answer
-to ``AutoBridge.to_megatron_provider`` (:mod:`nemo_mmpo.cpu.megatron_shims`, on the CPU rig
+to ``AutoBridge.to_megatron_provider`` (:mod:`nemo_mmpo.cpu.answers.megatron_shims`, on the CPU rig
 only) gives NeMo-RL's Hugging Face import this spec, which it writes into the import's
 ``run_config.yaml``: the training model is built with the same spec.
 """

@@ -8,8 +8,8 @@ meet at a named Ray actor, :class:`WeightMailbox`:
 - policy side, :func:`publish`: ``ray.put`` of the state dict (``{name: tensor}``, Hugging Face
   names, CPU float32), its reference posted to the mailbox as version ``n + 1``;
 - vLLM side, :func:`receive_and_load` (installed as the worker extension's two update methods
-  by :mod:`nemo_mmpo.cpu.vllm_shims`): waits for a version newer than the last it loaded, reads
-  the state dict from the object store and loads it with vLLM's layer-wise reload
+  by :mod:`nemo_mmpo.cpu.answers.vllm_shims`): waits for a version newer than the last it loaded,
+  reads the state dict from the object store and loads it with vLLM's layer-wise reload
   (``model_runner.reload_weights``), the whole dict at once (a fused q/k/v group must arrive
   whole).
 """

@@ -7,7 +7,7 @@ folder through Megatron-Bridge's ``AutoBridge`` (into ``NRL_MEGATRON_CHECKPOINT_
 the model with Megatron-Bridge's provider, computes log-probs and trains with the loss NeMo-RL
 hands it, saves Megatron (``torch_dist``) checkpoints and resumes from them, and sends its
 exported weights to vLLM at every refit. The CPU answers the workers need are installed in
-Ray's worker processes by :data:`~nemo_mmpo.cpu.megatron_shims.SETUP_HOOK`; this module only
+Ray's worker processes by :data:`~nemo_mmpo.cpu.answers.megatron_shims.SETUP_HOOK`; this module only
 builds what NeMo-RL's ``setup()`` builds (the config it derives, the cluster, the ``Policy``).
 """
 
@@ -111,7 +111,7 @@ def shutdown_megatron_policy(policy: Any) -> None:
 #: with the worker's CPU answers (Megatron-Bridge's import needs them)
 _EXPORT = (
     "import sys\n"
-    "from nemo_mmpo.cpu import megatron_shims\n"
+    "from nemo_mmpo.cpu.answers import megatron_shims\n"
     "megatron_shims.install_on_import()\n"
     "megatron_shims.answer_torch()\n"
     "from nemo_rl.models.megatron.community_import import export_model_from_megatron\n"

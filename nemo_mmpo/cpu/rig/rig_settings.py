@@ -25,10 +25,11 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from nemo_mmpo.cpu.model import ModelShape
-from nemo_mmpo.cpu.task import AdditionTask
-from nemo_mmpo.cpu.warm_start import Sampler, WarmStartSettings, WarmStartSpec
+from nemo_mmpo.cpu.rig.model import ModelShape
+from nemo_mmpo.cpu.rig.task import AdditionTask
+from nemo_mmpo.cpu.rig.warm_start import Sampler, WarmStartSettings, WarmStartSpec
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl.sections import value
 from nemo_mmpo.settings import Settings, changed_settings, parse, unread_when_disabled
 
 CPU_SECTION = "cpu_backend"
@@ -143,10 +144,10 @@ def vllm_engine_problem(config: dict[str, Any]) -> str | None:
     ``grpo_train`` (vLLM's ``LLM``, ``vllm_cfg.async_engine: false``), and as the separate engine
     of ``async_grpo_train`` (vLLM's ``AsyncLLM``, ``async_engine: true``, not colocated). Read
     by the driver and by ``--dry-run``'s ``cpu_backend`` rule, each where the engine is vLLM."""
-    generation = (config.get("policy") or {}).get("generation") or {}
-    asynchronous = bool(((config.get("grpo") or {}).get("async_grpo") or {}).get("enabled"))
-    colocated = bool((generation.get("colocated") or {}).get("enabled", True))
-    async_engine = bool((generation.get("vllm_cfg") or {}).get("async_engine", False))
+    # sections.value: a section NeMo-RL does not declare (vllm_cfg) may hold anything
+    asynchronous = bool(value(config, "grpo.async_grpo.enabled", False))
+    colocated = bool(value(config, "policy.generation.colocated.enabled", True))
+    async_engine = bool(value(config, "policy.generation.vllm_cfg.async_engine", False))
     if asynchronous and (colocated or not async_engine):
         return (
             f"cpu_backend.engine=vllm with grpo.async_grpo.enabled=true runs vLLM as NeMo-RL's "

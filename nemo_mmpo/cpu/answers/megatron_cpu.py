@@ -1,7 +1,7 @@
 """Real megatron-core on the CPU for the parallel-loss tests' own gloo ranks
 (``tests/parallel_loss_ranks.py``): the few CUDA assumptions it makes, answered on the CPU.
 NeMo-RL's own Megatron worker (the recipes, ``tests/cpu/test_megatron_policy.py``) gets its
-answers from :mod:`nemo_mmpo.cpu.megatron_shims` instead.
+answers from :mod:`nemo_mmpo.cpu.answers.megatron_shims` instead.
 
 megatron-core 0.19.2 (PyPI) runs its ``GPTModel`` (local layer spec), parallel state, schedules,
 DDP and optimizer over gloo once the CUDA-only calls below are answered. Each shim is one named
@@ -31,7 +31,7 @@ from megatron.core.optimizer import clip_grads
 from megatron.core.optimizer import optimizer as megatron_optimizer
 from megatron.core.tensor_parallel import random as megatron_random
 
-from nemo_mmpo.cpu.megatron_attention import CPUCoreAttention, packed_token_places  # noqa: F401
+from nemo_mmpo.cpu.answers.megatron_attention import CPUCoreAttention, packed_token_places  # noqa: F401
 
 _FACTORIES = ("tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand")
 _INSTALLED: list[str] = []
@@ -151,7 +151,7 @@ def _stub_class(qualified_name: str) -> type:
     def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError(
             f"{qualified_name} is a type-hint stub for Megatron-Bridge in the parallel-loss "
-            "ranks (nemo_mmpo/cpu/megatron_cpu.py); this path needs NeMo-RL's worker"
+            "ranks (nemo_mmpo/cpu/answers/megatron_cpu.py); this path needs NeMo-RL's worker"
         )
 
     return type(qualified_name.rpartition(".")[2], (), {"__init__": refuse})

@@ -1,5 +1,5 @@
 """One tiny run as a person runs it, in its own folder, once: the building block of the seed
-spread (:mod:`nemo_mmpo.cpu.robustness`) and the study (:mod:`nemo_mmpo.study`).
+spread (:mod:`nemo_mmpo.cpu.spread.robustness`) and the study (:mod:`nemo_mmpo.study`).
 
 :func:`run_recipe` runs ``examples/run_mmpo_math.py --config RECIPE overrides`` in a child
 process, its terminal output in ``terminal.txt``, the resolved config in ``run_config.json``;

@@ -20,7 +20,7 @@ NeMo-RL's ``VllmGeneration`` and its Ray worker (``VllmGenerationWorker``, with
 - the weight transports (CUDA IPC over ZMQ, ``vllm_backend.py:387``; NCCL,
   ``vllm_backend.py:132, 417``): ``update_weights_via_ipc_zmq`` and
   ``update_weights_from_collective`` take the policy's state dict from Ray's object store
-  (:mod:`nemo_mmpo.cpu.vllm_refit`) and load it with vLLM's layer-wise reload (plain
+  (:mod:`nemo_mmpo.cpu.answers.vllm_refit`) and load it with vLLM's layer-wise reload (plain
   ``load_weights`` fails on vLLM-CPU after the first load: it repacks linear layers for its CPU
   kernels); ``init_collective`` makes no NCCL group.
 - vLLM's ``AsyncLLM`` (the async worker, ``vllm_worker_async.py:295``) runs its engine core, and
@@ -33,7 +33,7 @@ One addition, not a CPU fix: the worker's ``generate`` honours a per-row sampler
 data under :data:`ROW_SAMPLER_KEY` (temperature, top-p, max tokens and a seed per row; the
 async worker's ``generate_async`` likewise, one row a call), so the
 paper's evaluation (T 0.6, top-p 0.95) samples through the same engine inside NeMo-RL's loop
-(:meth:`nemo_mmpo.cpu.vllm_generation.CPUVllmGeneration.sample_texts`). NeMo-RL builds its
+(:meth:`nemo_mmpo.cpu.engines.vllm_generation.CPUVllmGeneration.sample_texts`). NeMo-RL builds its
 sampling parameters from ``policy.generation`` only; rows without the key (every training
 batch) are sampled exactly as NeMo-RL samples them.
 
@@ -51,10 +51,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from nemo_mmpo.cpu import import_hooks
+from nemo_mmpo.cpu.answers import import_hooks
 
 #: Ray's ``worker_process_setup_hook`` value that installs the shims in each worker process.
-SETUP_HOOK = "nemo_mmpo.cpu.vllm_shims.install_on_import"
+SETUP_HOOK = "nemo_mmpo.cpu.answers.vllm_shims.install_on_import"
 
 _WORKER = "nemo_rl.models.generation.vllm.vllm_worker"
 _ASYNC_WORKER = "nemo_rl.models.generation.vllm.vllm_worker_async"
@@ -311,7 +311,7 @@ def _joining_ray_first(receive: Callable) -> Callable:
 
 def _shim_extension(module: Any) -> None:
     """``VllmInternalWorkerExtension``'s CUDA-only methods answered on the CPU."""
-    from nemo_mmpo.cpu import vllm_refit
+    from nemo_mmpo.cpu.answers import vllm_refit
 
     extension = module.VllmInternalWorkerExtension
     if getattr(extension, _PATCHED, False):

@@ -54,8 +54,8 @@ megatron-core and Megatron-Bridge:
 - ``AutoBridge.to_megatron_provider`` (``auto_bridge.py:1638``) gives Transformer Engine's
   layer spec (``gpt_provider.py:120``) and TE fusions (``llama_bridge.py:67-71``): the local
   spec with a plain-torch core attention
-  (:func:`~nemo_mmpo.cpu.megatron_attention.cpu_layer_spec`) and those fusions off; NeMo-RL's
-  import writes it into ``run_config.yaml``, so training builds the same model.
+  (:func:`~nemo_mmpo.cpu.answers.megatron_attention.cpu_layer_spec`) and those fusions off;
+  NeMo-RL's import writes it into ``run_config.yaml``, so training builds the same model.
 - asynchronous checkpoint saves (NeMo-RL main's recipes; the ``nvrx`` strategy,
   Megatron-Bridge ``training/config.py:521``, needs ``nvidia-resiliency-ext``, a CUDA package):
   NeMo-RL's checkpoint config (``setup.py:907``; main ``:1250``) saves synchronously.
@@ -78,7 +78,7 @@ NeMo-RL's worker (``MegatronPolicyWorkerImpl``):
 - the refit's weight transports (``stream_weights_via_ipc_zmq``, :1376, CUDA IPC over ZMQ;
   ``broadcast_weights_for_collective``, :1396, NCCL): every rank runs Megatron-Bridge's export
   (it gathers the shards), rank 0 posts the Hugging Face state dict through Ray's object store
-  (:mod:`nemo_mmpo.cpu.vllm_refit`), where the vLLM engine's CPU answer takes it.
+  (:mod:`nemo_mmpo.cpu.answers.vllm_refit`), where the vLLM engine's CPU answer takes it.
 """
 
 from __future__ import annotations
@@ -90,10 +90,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from nemo_mmpo.cpu import import_hooks
+from nemo_mmpo.cpu.answers import import_hooks
 
 #: Ray's ``worker_process_setup_hook`` for a run with NeMo-RL's Megatron worker (and vLLM).
-SETUP_HOOK = "nemo_mmpo.cpu.megatron_shims.install_on_import"
+SETUP_HOOK = "nemo_mmpo.cpu.answers.megatron_shims.install_on_import"
 
 _WORKER = "nemo_rl.models.policy.workers.megatron_policy_worker"
 _DONE: set[str] = set()
@@ -394,7 +394,7 @@ def _answer_auto_bridge(module: Any) -> None:
     NeMo-RL's checkpoint converter) build the same local model."""
     from megatron.bridge.utils.instantiate_utils import register_allowed_target_prefix
 
-    from nemo_mmpo.cpu.megatron_attention import cpu_layer_spec
+    from nemo_mmpo.cpu.answers.megatron_attention import cpu_layer_spec
 
     # run_config.yaml names the spec by its module: Megatron-Bridge's allowlist of _target_s
     # (instantiate_utils.py:166) takes more prefixes by its own registration function
@@ -445,7 +445,7 @@ def _publish_weights(self: Any, *args: Any, **kwargs: Any) -> None:
     import ray
     import torch
 
-    from nemo_mmpo.cpu import vllm_refit
+    from nemo_mmpo.cpu.answers import vllm_refit
 
     with torch.no_grad():
         weights = {
@@ -523,7 +523,7 @@ class _LoraLayersFinder(import_hooks.ShimOnImport):
 def install_on_import() -> None:
     """The Megatron worker's CPU answers (and the vLLM engine's: the recipe refits NeMo-RL's
     ``VllmGeneration``) in this process, applied as NeMo-RL's modules are imported."""
-    from nemo_mmpo.cpu import vllm_shims
+    from nemo_mmpo.cpu.answers import vllm_shims
 
     vllm_shims.install_on_import()
     import_hooks.install(AFTER_IMPORT, BEFORE_IMPORT)
