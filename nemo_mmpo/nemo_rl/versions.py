@@ -49,8 +49,8 @@ def pipeline_stages_divided_by_temperature(nemo_rl_root: Path) -> bool:
     next stage, so under pipeline parallel with ``policy.generation.temperature != 1`` each
     stage boundary divides the residual stream too and the log-probs are not those of the model
     vLLM samples from (v0.7.0 and main of 2026-08-22; pinned in
-    ``tests/cpu/test_megatron_policy.py``). A checkout whose function tests the pipeline stage
-    (``is_pipeline_last_stage``) has a fix.
+    ``tests/nemo_rl_adapter/test_megatron_layouts.py``). A checkout whose function tests the
+    pipeline stage (``is_pipeline_last_stage``) has a fix.
     """
     source = nemo_rl_root / "nemo_rl" / "models" / "megatron" / "train.py"
     if not source.is_file():

@@ -6,10 +6,14 @@ with NeMo-RL's ``ClippedPGLossFn`` and megatron-core's Adam (no weight decay, cl
 the one-process policy is the same Hugging Face model in this process with torch's AdamW at the
 same settings. What holds by construction, up to float32 rounding: the log-probs (at the
 sampler's temperature, 0.7 here) equal a ``transformers`` forward of the same weights; a step's
-loss and gradient norm are the same; the step moves the log-probs the same way; whatever the
-layout (tensor parallel 2, context parallel 2 with sequence packing, data parallel 2 with the
-distributed optimizer); a policy resumed from the worker's own Megatron checkpoint takes the
-same next step as the one that saved it.
+loss and gradient norm are the same; the step moves the log-probs the same way; a policy resumed
+from the worker's own Megatron checkpoint takes the same next step as the one that saved it.
+
+What needs Ray and NeMo-RL's ``Policy`` starting actors is here (one layout, tensor parallel 2:
+the actors, Ray's ``worker_process_setup_hook`` installing the CPU answers, the refit's weight
+names); the other layouts (pipeline, context and data parallel, their products, the pipeline
+temperature pin) run the same worker class on gloo ranks without Ray, at a fraction of the cost:
+``tests/nemo_rl_adapter/test_megatron_layouts.py``.
 """
 
 from __future__ import annotations
@@ -38,20 +42,7 @@ LEARNING_RATE = 1e-3
 TEMPERATURE = 0.7
 #: float32 through two different graphs (sharded matmuls, packed attention): relative
 TOLERANCE = 1e-5
-LAYOUTS = {
-    "tp2": ["policy.megatron_cfg.tensor_model_parallel_size=2"],
-    "cp2": [
-        "policy.megatron_cfg.tensor_model_parallel_size=1",
-        "policy.megatron_cfg.context_parallel_size=2",
-        "policy.make_sequence_length_divisible_by=4",  # NeMo-RL asks 2 x CP (data.py:1132)
-    ],
-    "dp2": ["policy.megatron_cfg.tensor_model_parallel_size=1"],
-}
-#: pipeline parallel 2: see the last test
-PIPELINE = [
-    "policy.megatron_cfg.tensor_model_parallel_size=1",
-    "policy.megatron_cfg.pipeline_model_parallel_size=2",
-]
+LAYOUTS = {"tp2": ["policy.megatron_cfg.tensor_model_parallel_size=2"]}
 
 
 def policy_config(layout: str, start_folder) -> dict:
@@ -67,7 +58,7 @@ def policy_config(layout: str, start_folder) -> dict:
         f"policy.megatron_cfg.optimizer.lr={lr}",
         f"policy.megatron_cfg.optimizer.min_lr={lr}",
         f"policy.megatron_cfg.scheduler.lr_warmup_init={lr}",
-        *(PIPELINE if layout == "pp2" else LAYOUTS[layout]),
+        *LAYOUTS[layout],
     ]
     master = master_config_from_recipe("mmpo_tiny_cpu_megatron.yaml", overrides)
     policy, grpo = dict(master.policy), dict(master.grpo)
@@ -157,9 +148,7 @@ def test_a_step_of_nemo_rls_worker_equals_the_one_process_step(start, layout):
     reference = one_process(start, layout)
     policy = worker_policy(start, layout)
     try:
-        assert policy.sharding_annotations.get_axis_size("data_parallel") == (
-            2 if layout == "dp2" else 1
-        )
+        assert policy.sharding_annotations.get_axis_size("data_parallel") == 1
         mask = response_mask(data)
         expected = reference.get_logprobs(data)["logprobs"]
         got = policy.get_logprobs(data)["logprobs"]
@@ -210,37 +199,3 @@ def test_a_policy_resumed_from_the_workers_checkpoint_takes_the_same_next_step(s
             pytest.xfail(f"the resumed Adam step differs (log-probs {gap:.2g} apart): open")
     finally:
         megatron_policy.shutdown_megatron_policy(resumed)
-
-
-def test_nemo_rl_divides_the_hidden_state_between_pipeline_stages_by_the_temperature(start):
-    """Pipeline parallel 2 through NeMo-RL's worker. NeMo-RL's Megatron forward step
-    (``forward_with_post_processing_fn``, v0.7.0 and main) divides its model's output by the
-    sampler's temperature on every pipeline stage, not only the last: the hidden state a stage
-    hands the next is divided too. Under pipeline parallel with a temperature other than 1 the
-    log-probs (and the loss) are then not those of the model vLLM samples from. Pinned here
-    exactly: PP2's log-probs at 0.7 are those of the Hugging Face model whose first layer's
-    output is divided by 0.7, and not the model's own. ``--dry-run`` warns about the setting
-    (``pipeline_temperature`` rule); when NeMo-RL fixes it this test fails, and the rule and
-    this test go."""
-    data = start[3]
-    policy = worker_policy(start, "pp2")
-    try:
-        got = policy.get_logprobs(data)["logprobs"]
-    finally:
-        megatron_policy.shutdown_megatron_policy(policy)
-    mask = response_mask(data)
-    reference = one_process(start, "tp2")
-    own = reference.get_logprobs(data)["logprobs"]
-
-    def divided(module, inputs, output):
-        if isinstance(output, tuple):
-            return (output[0] / TEMPERATURE, *output[1:])
-        return output / TEMPERATURE
-
-    hook = reference.model.model.layers[0].register_forward_hook(divided)
-    try:
-        scaled = reference.get_logprobs(data)["logprobs"]
-    finally:
-        hook.remove()
-    assert relative(got, scaled, mask) < TOLERANCE
-    assert relative(got, own, mask) > 100 * TOLERANCE

@@ -440,7 +440,7 @@ def fused_packing_errors(overrides):
 @pytest.mark.parametrize("padding", list(PADDED_ROWS))
 def test_fused_packing_with_padded_rows_is_refused_on_nemo_rl_v0_7_0(padding, checkout):
     """The checkout's fused packed loss is v0.7.0's (``fused_packing_overruns_rows``; the
-    NeMo-RL suite's ``test_parallel_loss.py`` shows it crashes exactly when this holds), so
+    NeMo-RL suite's ``test_megatron_layouts.py`` shows it crashes exactly when this holds), so
     fuse_loss with a padded packed row is refused, naming the keys and the fix."""
     from nemo_mmpo.nemo_rl.versions import fused_packing_overruns_rows
 
@@ -505,7 +505,7 @@ PP2 = "policy.megatron_cfg.pipeline_model_parallel_size=2"
 
 def test_pipeline_parallel_below_temperature_one_is_warned_about(checkout):
     """NeMo-RL's Megatron forward step divides each stage's output by the temperature
-    (``pipeline_stages_divided_by_temperature``; ``tests/cpu/test_megatron_policy.py`` shows
+    (``pipeline_stages_divided_by_temperature``; ``test_megatron_layouts.py`` shows
     the log-probs it then computes), so PP > 1 with T != 1 is named, with the fix; at the
     paper's T = 1, with PP = 1, or with the CPU rig's own policy there is nothing to say."""
     from nemo_mmpo.nemo_rl.versions import pipeline_stages_divided_by_temperature
