@@ -110,7 +110,7 @@ for ref in "${refs[@]}"; do
         grep -E '^SKIPPED' "$log" || true
     fi
     echo "nemo-rl $ref: ${summary:-no pytest summary (exit $code), see $log}"
-    grep -E '^(parallel-loss|megatron-worker) ' "$log" || true  # Megatron layouts' differences; the worker's runs
+    grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true  # Megatron layouts' differences; the worker's runs; the watcher on its checkpoints
 
     if [[ "${NEMO_RL_UPSTREAM:-1}" != "0" && -d "$nemo_rl/tests/unit/algorithms" ]]; then
         # NeMo-RL's own unit tests with install(); without it they were recorded once per

@@ -126,8 +126,14 @@ def grade(args: argparse.Namespace) -> None:
 def watch(args: argparse.Namespace) -> None:
     import os
 
+    from nemo_mmpo.eval.convert import (
+        CPU_RIG_CONVERTER_SETUP,
+        CPU_RIG_ENGINE_SETUP,
+        is_cpu_rig_recipe,
+    )
     from nemo_mmpo.eval.protocol import read_settings
     from nemo_mmpo.eval.run_summary import write_summary
+    from nemo_mmpo.eval.watch import vllm_engine
     from nemo_mmpo.eval.watch import watch as watch_checkpoints
 
     config = load(Path(args.config).expanduser().resolve(), args.overrides).config
@@ -136,6 +142,10 @@ def watch(args: argparse.Namespace) -> None:
     if not settings.enabled:
         raise MMPOInputError("evaluation.enabled is false in this recipe: nothing to watch for")
     every = args.every or config["grpo"].get("val_period") or config["checkpointing"]["save_period"]
+    engine_options, environment = vllm_engine(config["policy"])
+    for name, value in environment.items():  # set before vLLM is imported; the caller's win
+        os.environ.setdefault(name, value)
+    cpu_rig = is_cpu_rig_recipe(config)  # its checkpoints and vLLM need the rig's CPU answers
     done = watch_checkpoints(
         settings,
         Path(config["checkpointing"]["checkpoint_dir"]),
@@ -148,6 +158,9 @@ def watch(args: argparse.Namespace) -> None:
         idle_seconds=args.idle_seconds,
         batch_size=args.batch_size,
         nemo_rl_root=find_nemo_rl_root(),
+        engine_options=engine_options,
+        converter_setup=CPU_RIG_CONVERTER_SETUP if cpu_rig else (),
+        engine_setup=CPU_RIG_ENGINE_SETUP if cpu_rig and args.backend == "vllm" else (),
     )
     if done:
         print(f"wrote {write_summary(settings.output_dir)}")

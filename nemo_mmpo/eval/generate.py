@@ -9,14 +9,21 @@ Two samplers with the same semantics (temperature, top-p, max new tokens; one se
 the engine starts, none per request, so a resumed run draws new samples): :class:`VLLMSampler`
 (the default, GPU) and :class:`TransformersSampler` (Hugging Face ``generate``, CPU or GPU).
 Each imports its library only when built; anything with ``generate(prompts, n)`` works.
+
+``VLLMSampler(seed_per_row=True)`` (the checkpoint watcher's) gives each row of a call its own
+vLLM seed instead, :func:`row_seed` of the sampler's seed and the row's place in the call, as
+the in-loop evaluation through NeMo-RL's vLLM engine does: a call's draws are fixed by what it
+asks (``draws_fixed_by_call``), and a resumed run asks again the interrupted call whole and
+keeps only the samples it lacks, so it writes what an uninterrupted run writes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,9 +43,21 @@ class Sampler(Protocol):
         """``n`` responses for each prompt."""
 
 
+def row_seed(seed: int, row: int) -> int:
+    """vLLM's per-request seed for row ``row`` of a call seeded ``seed`` (the rows of a call
+    are its prompts' samples, prompt by prompt: each sample draws its own tokens, and the same
+    call samples the same texts)."""
+    return zlib.crc32(f"{seed} {row}".encode())
+
+
 @dataclass
 class VLLMSampler:
-    """vLLM sampling from a Hugging Face checkpoint (paper: temperature 0.6, top-p 0.95)."""
+    """vLLM sampling from a Hugging Face checkpoint (paper: temperature 0.6, top-p 0.95).
+
+    ``engine_options``: more arguments of ``vllm.LLM`` (the watcher passes the recipe's
+    precision and context length). ``seed_per_row``: each row its own seed (:func:`row_seed`),
+    instead of one for the engine.
+    """
 
     model: str
     temperature: float = 0.6
@@ -47,6 +66,8 @@ class VLLMSampler:
     tensor_parallel_size: int = 1
     seed: int = 0
     chat_template: bool = True
+    seed_per_row: bool = False
+    engine_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:
@@ -57,19 +78,52 @@ class VLLMSampler:
                 "`pip install vllm`; analysis of existing rollout files does not"
             ) from error
         self.engine = LLM(
-            self.model, tensor_parallel_size=self.tensor_parallel_size, seed=self.seed
+            self.model,
+            tensor_parallel_size=self.tensor_parallel_size,
+            seed=self.seed,
+            **self.engine_options,
         )
         self.tokenizer = self.engine.get_tokenizer()
+
+    @property
+    def draws_fixed_by_call(self) -> bool:
+        """Whether a call's draws depend only on its prompts and their places in it."""
+        return self.seed_per_row
 
     def generate(self, prompts: Sequence[str], n: int) -> list[list[str]]:
         from vllm import SamplingParams
 
+        if self.seed_per_row:
+            return self._generate_seeded_rows(prompts, n)
         # No per-request seed: with one, a resumed run would redraw the samples it already has.
         # The engine's seed (set at start-up) keeps a whole run reproducible.
         params = SamplingParams(
             n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens
         )
-        texts = [
+        outputs = self.engine.generate(self._texts(prompts), params)
+        return [[choice.text for choice in output.outputs] for output in outputs]
+
+    def _generate_seeded_rows(self, prompts: Sequence[str], n: int) -> list[list[str]]:
+        """``n`` rows per prompt, row ``r`` of the call seeded :func:`row_seed` (seed, r)."""
+        from vllm import SamplingParams
+
+        rows = [text for text in self._texts(prompts) for _ in range(n)]
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                max_tokens=self.max_tokens,
+                seed=row_seed(self.seed, row),
+            )
+            for row in range(len(rows))
+        ]
+        outputs = self.engine.generate(rows, params)
+        texts = [output.outputs[0].text for output in outputs]
+        return [texts[index * n : (index + 1) * n] for index in range(len(prompts))]
+
+    def _texts(self, prompts: Sequence[str]) -> list[str]:
+        return [
             self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
             )
@@ -77,8 +131,6 @@ class VLLMSampler:
             else prompt
             for prompt in prompts
         ]
-        outputs = self.engine.generate(texts, params)
-        return [[choice.text for choice in output.outputs] for output in outputs]
 
 
 @dataclass
@@ -199,37 +251,32 @@ def run_generation(
     done: dict[tuple[str, str], set[int]] = {}
     for record in _repair_and_read(out_path):
         done.setdefault((record["benchmark"], record["problem_id"]), set()).add(record["sample"])
-    todo = []
+    wanted = []
     for problem in shard(problems, shard_index, num_shards):
-        wanted = (
+        count = (
             samples_per_problem
             if isinstance(samples_per_problem, int)
             else samples_per_problem.get(problem["source"], DEFAULT_SAMPLES)
         )
         have = done.get((problem["source"], problem["id"]), set())
-        missing = [sample for sample in range(wanted) if sample not in have]
-        if missing:
-            todo.append((problem, missing))
+        wanted.append((problem, count, [sample for sample in range(count) if sample not in have]))
     skipped = sum(len(samples) for samples in done.values())
-    iterator = range(0, len(todo), batch_size)
+    if getattr(sampler, "draws_fixed_by_call", False):
+        calls = _calls_as_uninterrupted(wanted, batch_size)
+    else:
+        calls = _calls_of_missing(wanted, batch_size)
     if progress:
         try:
             from tqdm.auto import tqdm
 
-            iterator = tqdm(iterator, desc=f"generating {out_path.name}")
+            calls = tqdm(calls, desc=f"generating {out_path.name}")
         except ImportError:
             pass
     written = 0
     with open(out_path, "a") as handle:
-        for start in iterator:
-            chunk = todo[start : start + batch_size]
-            width = max(len(missing) for _, missing in chunk)
-            responses = sampler.generate([template.format(p["problem"]) for p, _ in chunk], width)
-            pairs = [
-                (problem, sample, responses[row][position])
-                for row, (problem, missing) in enumerate(chunk)
-                for position, sample in enumerate(missing)
-            ]
+        for prompts, width, keep in calls:
+            responses = sampler.generate([template.format(p["problem"]) for p in prompts], width)
+            pairs = [(prompts[row], sample, responses[row][place]) for row, sample, place in keep]
             verdicts = grade([p["answer"] for p, _, _ in pairs], [text for _, _, text in pairs])
             for (problem, sample, text), verdict in zip(pairs, verdicts, strict=True):
                 record = {
@@ -246,3 +293,40 @@ def run_generation(
                 os.fsync(handle.fileno())
                 written += 1
     return {"written": written, "skipped": skipped}
+
+
+#: one sampler call: ``(problems, samples per problem, [(problem's row, sample, place among
+#: that problem's responses)] to write)``
+Call = tuple[list[dict[str, Any]], int, list[tuple[int, int, int]]]
+
+
+def _calls_of_missing(wanted: list[tuple[dict, int, list[int]]], batch_size: int) -> list[Call]:
+    """Only the missing samples: up to ``batch_size`` problems that lack some per call."""
+    todo = [(problem, missing) for problem, _, missing in wanted if missing]
+    calls = []
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start : start + batch_size]
+        keep = [
+            (row, sample, place)
+            for row, (_, missing) in enumerate(chunk)
+            for place, sample in enumerate(missing)
+        ]
+        calls.append(([problem for problem, _ in chunk], max(len(m) for _, m in chunk), keep))
+    return calls
+
+
+def _calls_as_uninterrupted(
+    wanted: list[tuple[dict, int, list[int]]], batch_size: int
+) -> list[Call]:
+    """The calls an uninterrupted run makes (every ``batch_size`` problems, every sample) that
+    hold a missing sample, keeping only those: what a sampler whose draws are fixed by the call
+    writes as if it had never stopped."""
+    calls = []
+    for start in range(0, len(wanted), batch_size):
+        chunk = wanted[start : start + batch_size]
+        keep = [
+            (row, sample, sample) for row, (_, _, missing) in enumerate(chunk) for sample in missing
+        ]
+        if keep:
+            calls.append(([problem for problem, _, _ in chunk], max(c for _, c, _ in chunk), keep))
+    return calls

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,12 @@ def flat_metrics(numbers: dict[str, Any]) -> dict[str, float]:
     for key, value in numbers["gini"].items():
         flat[f"{METRIC_PREFIX}gini/{key}"] = value
     return flat
+
+
+def evaluation_seed(step: int) -> int:
+    """The seed of step ``step``'s evaluation (its own: the evaluation leaves the training
+    run's random state alone, and the watcher draws what the loop draws)."""
+    return zlib.crc32(f"evaluation step {step}".encode())
 
 
 def step_paths(output_dir: str | Path, step: int) -> tuple[Path, Path]:

@@ -22,8 +22,6 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.convert import hugging_face_weights, run_setup
 from nemo_mmpo.eval.protocol import (
     EvaluationSettings,
     evaluate_step,
+    evaluation_seed,
     flat_metrics,
     load_problems,
     read_steps,
@@ -73,42 +73,6 @@ def finished_checkpoints(checkpoint_dir: Path) -> dict[int, Path]:
         if suffix.isdigit() and (path / "training_info.json").is_file():
             found[int(suffix)] = path
     return dict(sorted(found.items()))
-
-
-def hugging_face_weights(step_dir: Path, work_dir: Path, nemo_rl_root: Path | None) -> Path:
-    """The checkpoint's weights as a Hugging Face folder: ``policy/weights`` itself when it is
-    one (the CPU rig, DTensor with consolidated saves), else converted with NeMo-RL's
-    ``convert_megatron_to_hf.py`` into ``work_dir`` (written to a temporary name, renamed)."""
-    weights = step_dir / "policy" / "weights"
-    if (weights / "config.json").is_file():
-        return weights
-    target = work_dir / f"hf_{step_dir.name}"
-    if (target / "config.json").is_file():
-        return target
-    iterations = sorted(weights.glob("iter_*"))
-    if not iterations:
-        raise MMPOInputError(
-            f"{weights} holds neither a Hugging Face model (config.json) nor a Megatron "
-            "checkpoint (iter_*): convert it to Hugging Face and evaluate that folder"
-        )
-    if nemo_rl_root is None:
-        raise MMPOInputError("converting a Megatron checkpoint needs NeMo-RL: set NEMO_RL_PATH")
-    temporary = work_dir / f".hf_{step_dir.name}.partial"
-    shutil.rmtree(temporary, ignore_errors=True)
-    converter = nemo_rl_root / "examples" / "converters" / "convert_megatron_to_hf.py"
-    command = [
-        sys.executable,
-        str(converter),
-        "--config",
-        str(step_dir / "config.yaml"),
-        "--megatron-ckpt-path",
-        str(iterations[-1]),
-        "--hf-ckpt-path",
-        str(temporary),
-    ]
-    subprocess.run(command, check=True)
-    temporary.rename(target)
-    return target
 
 
 def log_to_tensorboard(log_dir: Path, step: int, numbers: dict[str, Any]) -> None:
@@ -164,10 +128,42 @@ def best_is_kept(output_dir: Path, step: int) -> bool:
     return marker.is_file() and json.loads(marker.read_text())["step"] == step
 
 
-def make_sampler(backend: str, model: Path, settings: EvaluationSettings, step: int, batch: int):
+def vllm_engine(policy: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(vllm.LLM arguments, environment)`` of the recipe's generation engine (its
+    ``policy`` section), as NeMo-RL's vLLM worker builds it: the recipe's precision, context
+    length (``vllm_cfg.max_model_len``, else ``max_total_sequence_length``), eager mode and
+    prefix caching, its ``vllm_cfg.env_vars``, and the engine in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as NeMo-RL's worker sets it)."""
+    vllm_cfg = (policy.get("generation") or {}).get("vllm_cfg") or {}
+    options: dict[str, Any] = {
+        "dtype": vllm_cfg.get("precision") or "auto",
+        "enforce_eager": bool(vllm_cfg.get("enforce_eager", False)),
+        "distributed_executor_backend": "uni",
+    }
+    max_model_len = vllm_cfg.get("max_model_len") or policy.get("max_total_sequence_length")
+    if max_model_len:
+        options["max_model_len"] = int(max_model_len)
+    if vllm_cfg.get("enable_prefix_caching") is not None:
+        options["enable_prefix_caching"] = bool(vllm_cfg["enable_prefix_caching"])
+    environment = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    environment.update({key: str(value) for key, value in (vllm_cfg.get("env_vars") or {}).items()})
+    return options, environment
+
+
+def make_sampler(
+    backend: str,
+    model: Path,
+    settings: EvaluationSettings,
+    step: int,
+    batch: int,
+    engine_options: dict[str, Any] | None = None,
+):
+    """The step's sampler at the protocol's settings, seeded as the in-loop evaluation of
+    ``step`` (:func:`~nemo_mmpo.eval.protocol.evaluation_seed`); vLLM with a seed per row, as
+    NeMo-RL's vLLM engine samples that evaluation, and ``engine_options`` for ``vllm.LLM``."""
     from nemo_mmpo.eval.generate import TransformersSampler, VLLMSampler
 
-    seed = 1_000_003 * step + 17  # a seed of the step's own: a re-evaluation draws the same
+    seed = evaluation_seed(step)
     if backend == "hf":
         return TransformersSampler(
             str(model),
@@ -179,7 +175,13 @@ def make_sampler(backend: str, model: Path, settings: EvaluationSettings, step: 
         )
     if backend == "vllm":
         return VLLMSampler(
-            str(model), settings.temperature, settings.top_p, settings.max_new_tokens, seed=seed
+            str(model),
+            settings.temperature,
+            settings.top_p,
+            settings.max_new_tokens,
+            seed=seed,
+            seed_per_row=True,
+            engine_options=dict(engine_options or {}),
         )
     raise MMPOInputError(f"--backend {backend!r}: choose hf or vllm")
 
@@ -197,10 +199,16 @@ def watch(
     batch_size: int = 64,
     nemo_rl_root: Path | None = None,
     log: Any = print,
+    engine_options: dict[str, Any] | None = None,
+    converter_setup: tuple[str, ...] = (),
+    engine_setup: tuple[str, ...] = (),
 ) -> dict[int, dict[str, Any]]:
     """Evaluate every finished checkpoint of ``checkpoint_dir`` whose step is a multiple of
     ``every`` and not evaluated yet; with ``follow``, keep watching until ``last_step`` is
-    evaluated (or nothing new came for ``idle_seconds``). Returns every evaluated step."""
+    evaluated (or nothing new came for ``idle_seconds``). Returns every evaluated step.
+    ``converter_setup``: for NeMo-RL's converter's process
+    (:func:`~nemo_mmpo.eval.convert.hugging_face_weights`); ``engine_setup``: called in this
+    process before the first sampler is built (the CPU rig's answers for vLLM's CPU build)."""
     from nemo_mmpo.eval.verify import VerifierPool
 
     output_dir = Path(settings.output_dir)
@@ -213,7 +221,9 @@ def watch(
         best = best_step(output_dir)
         checkpoints = finished_checkpoints(checkpoint_dir)
         if best is not None and not best_is_kept(output_dir, best) and best in checkpoints:
-            weights = hugging_face_weights(checkpoints[best], output_dir, nemo_rl_root)
+            weights = hugging_face_weights(
+                checkpoints[best], output_dir, nemo_rl_root, converter_setup
+            )
             keep_best(output_dir, best, weights)
             if weights.parent == output_dir:
                 shutil.rmtree(weights, ignore_errors=True)
@@ -227,9 +237,10 @@ def watch(
             ]
             for step, step_dir in todo:
                 log(f"watch: evaluating step {step} ({step_dir})")
+                weights = hugging_face_weights(step_dir, output_dir, nemo_rl_root, converter_setup)
                 problems = problems or load_problems(settings)
-                weights = hugging_face_weights(step_dir, output_dir, nemo_rl_root)
-                sampler = make_sampler(backend, weights, settings, step, batch_size)
+                run_setup(engine_setup)
+                sampler = make_sampler(backend, weights, settings, step, batch_size, engine_options)
                 numbers = evaluate_step(sampler, pool.verify, problems, settings, step)
                 if best_step(output_dir) == step:
                     keep_best(output_dir, step, weights)

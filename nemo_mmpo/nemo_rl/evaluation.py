@@ -19,13 +19,13 @@ checkpoints alongside training with ``nemo-mmpo eval watch`` instead
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.protocol import (
     EvaluationSettings,
     evaluate_step,
+    evaluation_seed,
     flat_metrics,
     load_problems,
     read_settings,
@@ -56,7 +56,7 @@ class EngineSampler:
             )
         self.engine = engine
         self.settings = settings
-        self.seed = zlib.crc32(f"evaluation step {step}".encode())
+        self.seed = evaluation_seed(step)
 
     def generate(self, prompts: list[str], samples: int) -> list[list[str]]:
         return self.engine.sample_texts(

@@ -14,10 +14,16 @@ runs six steps with DMPO's loss.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from in_loop_evaluation import HELD_OUT_PROBLEMS
 from killed_runs import check_on_policy, check_resumed, run_until_step_then_kill
 from learning_check import check_gain, fifty_step_overrides
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
@@ -27,12 +33,19 @@ import_nemo_rl("vllm")
 import_nemo_rl("megatron.core")
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
-from nemo_mmpo.cpu.engines import megatron_policy
 from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.recipes import load
 
 RECIPE = "mmpo_tiny_cpu_megatron.yaml"
 STEPS = 50
+ROOT = CONFIGS_DIR.parents[1]
+#: the paper's evaluation inside the loop at step 50 only, 2 samples per held-out problem
+IN_LOOP_SAMPLES = 2
+IN_LOOP_AT_50 = [
+    "evaluation.enabled=true",
+    f"grpo.val_period={STEPS}",
+    f"evaluation.samples={IN_LOOP_SAMPLES}",
+]
 #: DMPO's settings (examples/configs/dmpo_math_qwen3_1.7b.yaml: GRPO's estimator, DMPO's loss)
 DMPO = [
     "grpo.normalize_rewards=true",
@@ -69,20 +82,101 @@ def kill_and_resume(recipe_overrides: list[str], tmp_path, steps: int) -> tuple[
 def test_megatron_recipe_is_on_policy_resumes_after_kill_9_and_learns(
     request, tmp_path, tiny_warm_starts
 ):
-    overrides = [*fifty_step_overrides(tmp_path, tiny_warm_starts), "checkpointing.save_period=2"]
+    """Also the checkpoint path a GPU user meets: the watcher converts the step-50 Megatron
+    checkpoint and evaluates it with vLLM (see :func:`check_watcher_equals_in_loop`)."""
+    overrides = [
+        *fifty_step_overrides(tmp_path, tiny_warm_starts),
+        "checkpointing.save_period=2",
+        *IN_LOOP_AT_50,
+    ]
     _, summary, start = kill_and_resume(overrides, tmp_path, STEPS)
     config = load(CONFIGS_DIR / RECIPE, overrides).config
-    # the worker's Megatron checkpoint, converted by NeMo-RL's own converter
-    exported = megatron_policy.export_hugging_face(
-        Path(summary["checkpoint"]), tmp_path / "checkpoints" / "hf_start", tmp_path / "hf_50"
+    watched = check_watcher_equals_in_loop(tmp_path, overrides)
+    report(
+        request,
+        f"megatron-watch {nemo_rl_checkout().name}: nemo-mmpo eval watch converted the workers' "
+        f"step-{STEPS} Megatron checkpoint with NeMo-RL's converter and evaluated it with vLLM, "
+        "killed with SIGKILL mid-step and resumed: every sample equals the in-loop evaluation's",
     )
-    check_gain(RECIPE, config, {"checkpoint": str(exported)}, tiny_warm_starts)
+    # the learning check on the same conversion (the watcher keeps the best step's weights)
+    assert json.loads((watched / "best" / "nemo_mmpo_best.json").read_text())["step"] == STEPS
+    assert Path(summary["checkpoint"]).parent.parent.name == f"step_{STEPS}"
+    check_gain(RECIPE, config, {"checkpoint": str(watched / "best")}, tiny_warm_starts)
     report(
         request,
         f"megatron-worker {nemo_rl_checkout().name}: NeMo-RL's MegatronPolicyWorker (TP2) trained "
         f"{RECIPE} with mmpo for {STEPS} steps, killed and resumed from its Megatron checkpoint "
         f"of step {start}, on-policy at every step, learned",
     )
+
+
+def start_watcher(tmp_path: Path, overrides: list[str], out: Path) -> subprocess.Popen:
+    """``nemo-mmpo eval watch --backend vllm`` on the run's checkpoints, into ``out``."""
+    command = [
+        sys.executable,
+        "-m",
+        "nemo_mmpo.eval",
+        "watch",
+        "--config",
+        str(CONFIGS_DIR / RECIPE),
+        "--backend",
+        "vllm",
+        *overrides,
+        f"evaluation.output_dir={out}",
+    ]
+    log = open(tmp_path / "watch.log", "a")
+    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    return subprocess.Popen(
+        command, cwd=ROOT, env=environment, stdout=log, stderr=log, start_new_session=True
+    )
+
+
+def check_watcher_equals_in_loop(tmp_path: Path, overrides: list[str]) -> Path:
+    """The watcher on the finished run's checkpoints, killed with SIGKILL once it has written
+    some of step 50's samples and started again: NeMo-RL's converter (Megatron-Bridge, the
+    workers' CPU answers) makes a Hugging Face folder of the workers' ``torch_dist``
+    checkpoint; vLLM samples it with the in-loop evaluation's sampler and per-row seeds, in the
+    same calls (an interrupted call is asked again whole). What holds by construction: the
+    converted weights are the ones the workers exported to vLLM at the refit before the
+    in-loop evaluation, so every (problem, sample) is drawn alike, once, and the step's numbers
+    are equal. Returns the watcher's output folder."""
+    watched = tmp_path / "watched"
+    rollouts, numbers = watched / f"step_{STEPS}.jsonl", watched / f"step_{STEPS}.json"
+    watcher = start_watcher(tmp_path, overrides, watched)
+    deadline, killed = time.monotonic() + 900, False
+    try:
+        while watcher.poll() is None and time.monotonic() < deadline:
+            if rollouts.is_file() and rollouts.stat().st_size > 0 and not numbers.exists():
+                os.killpg(watcher.pid, signal.SIGKILL)
+                watcher.wait()
+                killed = True
+                break
+            time.sleep(0.05)
+        assert killed, (tmp_path / "watch.log").read_text()[-3000:]
+        watcher = start_watcher(tmp_path, overrides, watched)
+        assert watcher.wait(timeout=900) == 0, (tmp_path / "watch.log").read_text()[-3000:]
+    finally:
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+    in_loop = tmp_path / "logs" / "evaluation"
+    ours, theirs = samples_of(rollouts), samples_of(in_loop / f"step_{STEPS}.jsonl")
+    assert len(ours) == HELD_OUT_PROBLEMS * IN_LOOP_SAMPLES  # none lost, none twice
+    assert ours == theirs
+    mine, loop = json.loads(numbers.read_text()), json.loads((in_loop / numbers.name).read_text())
+    for key in ("average", "accuracy", "never_solved", "gini", "benchmarks", "first_success"):
+        assert mine[key] == loop[key], key
+    return watched
+
+
+def samples_of(rollouts: Path) -> dict[tuple[str, int], tuple[str, bool]]:
+    """``{(problem, sample): (response, correct)}``; a (problem, sample) twice is an error."""
+    found = {}
+    for line in rollouts.read_text().splitlines():
+        record = json.loads(line)
+        key = (record["problem_id"], record["sample"])
+        assert key not in found, f"{key} twice in {rollouts}"
+        found[key] = (record["response"], record["correct"])
+    return found
 
 
 def test_megatron_recipe_with_dmpo_is_on_policy_and_resumes_after_kill_9(

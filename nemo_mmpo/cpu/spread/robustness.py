@@ -26,16 +26,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from nemo_mmpo.checkout import REPO_ROOT
+from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
 from nemo_mmpo.cpu.spread.curves import plot_reward_bands, reward_curve, window_means
 from nemo_mmpo.cpu.spread.runs import TINY_RECIPE, finished, run_config, run_recipe
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.convert import CPU_RIG_CONVERTER_SETUP, hugging_face_weights
 from nemo_mmpo.io import markdown_table, write_text_atomic
 
 
@@ -66,6 +70,10 @@ VARIANTS = {
         ),
     )
 }
+
+
+#: where a run's Megatron checkpoints are converted for measuring (removed after each)
+CONVERTED = "converted"
 
 
 def _run_overrides(run_dir: Path, seed: int, variant: Variant, extra: list[str]) -> list[str]:
@@ -145,15 +153,33 @@ def _expected_success_curve(run_dir: Path, train_problems: int = 512) -> dict[st
     (warm_start,) = (run_dir / "warm_starts").glob("*/warm_start.json")
     points = {0: warm_start.parent}
     for step_dir in (run_dir / "checkpoints").glob("step_*"):
-        points[int(step_dir.name.removeprefix("step_"))] = step_dir / "policy" / "weights"
+        points[int(step_dir.name.removeprefix("step_"))] = step_dir
     curve = {}
     for step, path in sorted(points.items()):
-        model = LlamaForCausalLM.from_pretrained(path).float().eval()
+        with _hugging_face_folder(path, run_dir / CONVERTED) as folder:
+            model = LlamaForCausalLM.from_pretrained(folder).float().eval()
         curve[str(step)] = {
             "train": expected_success(model, tokenizer, train[:train_problems], temperature),
             "held_out": expected_success(model, tokenizer, held_out, temperature),
         }
     return curve
+
+
+@contextmanager
+def _hugging_face_folder(path: Path, work_dir: Path) -> Iterator[Path]:
+    """The warm start's folder, or a checkpoint's weights as a Hugging Face folder: the
+    ``transformers`` policy's as saved, the Megatron workers' converted by NeMo-RL's converter
+    as the watcher converts them (:func:`nemo_mmpo.eval.convert.hugging_face_weights`), the
+    conversion removed afterwards."""
+    if not path.name.startswith("step_"):
+        yield path
+        return
+    folder = hugging_face_weights(path, work_dir, find_nemo_rl_root(), CPU_RIG_CONVERTER_SETUP)
+    try:
+        yield folder
+    finally:
+        if folder.parent == work_dir:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _spread_row(row: dict, best_kernels: str) -> list[str]:
