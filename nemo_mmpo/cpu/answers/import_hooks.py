@@ -1,7 +1,7 @@
 """Apply CPU answers to a module when it is first imported (NeMo-RL's and the engines' files
 stay untouched): :class:`ShimOnImport`, a ``sys.meta_path`` finder that runs a function before
-and/or after a named module executes. Used by :mod:`nemo_mmpo.cpu.vllm_shims` and
-:mod:`nemo_mmpo.cpu.megatron_shims`, installed in Ray's worker processes by their
+and/or after a named module executes. Used by :mod:`nemo_mmpo.cpu.answers.vllm_shims` and
+:mod:`nemo_mmpo.cpu.answers.megatron_shims`, installed in Ray's worker processes by their
 ``worker_process_setup_hook``."""
 
 from __future__ import annotations
