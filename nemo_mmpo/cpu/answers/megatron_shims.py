@@ -64,6 +64,12 @@ megatron-core and Megatron-Bridge:
 - a checkpoint loaded into a fresh distributed optimizer over torch's Adam (TE's and Apex's
   need a GPU) stops at ``distrib_optimizer.py:839`` (no state yet): megatron-core's own dummy
   state first (``_init_optimizer_states_with_dummy_values``), replaced by the loaded values.
+- after that load every parameter's torch Adam state shares one ``step`` tensor
+  (``distrib_optimizer.py:1028-1032``) holding the pre-load step (the ``dp_reshardable``
+  template's, copied back, ``:1953-1957`` into ``:1219-1225``), which the next step advances
+  once per parameter (``adam.py:414``): each parameter gets its own tensor with the loaded
+  param groups' step, so a resumed step is the uninterrupted run's (Transformer Engine's
+  ``FusedAdam``, NeMo-RL's on a GPU, keeps the step in its param groups).
 - the CUDA tensor-type checks of gradient clipping (``clip_grads.py:174``) and of the
   distributed optimizer (``distrib_optimizer.py:477``): while they run, a CPU tensor's
   ``type()`` names the CUDA type.
@@ -336,6 +342,45 @@ def _fresh_optimizer_loads(optimizer_class: type) -> None:
     optimizer_class.sharded_state_dict = with_state
 
 
+def _own_adam_steps(optimizer_class: type) -> None:
+    """A distributed optimizer over torch's Adam (no TE or Apex) that loads a checkpoint ends
+    with the wrong Adam step in its per-parameter state, though the checkpoint's param groups
+    hold the right one: megatron-core puts one ``torch.tensor(step)`` into every parameter's
+    state (``distrib_optimizer.py:1028-1032``; torch's ``load_state_dict`` keeps it uncast,
+    ``torch/optim/optimizer.py:797-801``), then copies over it the pre-load ``step`` its
+    ``dp_reshardable`` load template kept as a non-persistent object (``:1953-1957`` into
+    ``:1219-1225``), and the next step advances that one tensor once per parameter
+    (``adam.py:414``). A resumed step then ran with another step's bias corrections. NeMo-RL's
+    GPU install never takes this path (Transformer Engine's ``FusedAdam`` keeps the step in its
+    param groups, ``:852-863``); a GPU without TE or Apex would. Each parameter gets its own
+    tensor with the loaded param groups' step, the value megatron-core means to restore
+    (``:1024-1028``); if megatron-core already restores it, the load fails saying so (the
+    answer is then to go)."""
+    import torch
+
+    load_state_dict = optimizer_class.load_state_dict
+
+    @functools.wraps(load_state_dict)
+    def load_with_own_steps(self: Any, state_dict: Any) -> None:
+        load_state_dict(self, state_dict)
+        states = [state for state in self.optimizer.state.values() if "step" in state]
+        groups = state_dict.get("optimizer", {}).get("param_groups", [])
+        (step,) = {float(group["step"]) for group in groups if "step" in group} or {None}
+        if len(states) < 2 or step is None:
+            return
+        shared = len({id(state["step"]) for state in states}) < len(states)
+        if not shared and all(float(state["step"]) == step for state in states):
+            raise RuntimeError(
+                "megatron-core's DistributedOptimizer.load_state_dict now restores each Adam "
+                "step (distrib_optimizer.py:1028-1032, :1219-1225 in 0.19.2 did not): remove "
+                "the _own_adam_steps answer from nemo_mmpo's megatron_shims"
+            )
+        for state in states:
+            state["step"] = torch.tensor(step, dtype=torch.float32)
+
+    optimizer_class.load_state_dict = load_with_own_steps
+
+
 def _answer_megatron_core() -> None:
     from megatron.core.optimizer import clip_grads, distrib_optimizer
     from megatron.core.optimizer import optimizer as megatron_optimizer
@@ -345,6 +390,8 @@ def _answer_megatron_core() -> None:
     clip_grads.clip_grad_by_total_norm_fp32 = clip
     megatron_optimizer.clip_grad_by_total_norm_fp32 = clip
     _fresh_optimizer_loads(distrib_optimizer.DistributedOptimizer)
+    if not distrib_optimizer.HAVE_APEX_OR_TE:
+        _own_adam_steps(distrib_optimizer.DistributedOptimizer)
     groups = distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups
     distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups = staticmethod(
         _cuda_type_names(groups)
