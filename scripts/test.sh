@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (if missing), run lint, build the docs, run the whole CPU test
 # suite (with the README's and docs' runnable code blocks: tests/test_docs.py), then the
-# NeMo-RL suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main), then the
-# Slurm suite (scripts/test_slurm.sh: slurm/submit_mmpo.sh to a real one-machine Slurm; as root,
-# otherwise it says why and skips).
+# NeMo-RL suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main) and beside
+# it the Slurm suite (scripts/test_slurm.sh: slurm/submit_mmpo.sh to a real Slurm on this
+# machine, one host and two; as root, otherwise it says why and skips). Prints each part's
+# seconds ("test.sh: ...").
 # Usage: bash scripts/test.sh [extra pytest args]
 # TORCH_SPEC picks the torch build (default torch==2.13.0, the version CI tests; on CI's machines
 # pip finds it as a local CPU-only wheel). Elsewhere, for a small CPU build:
@@ -56,10 +57,35 @@ if [[ -n "$checkout" ]]; then
 else
     "$VENV/bin/python" -m pytest "${workers[@]}" "$@"
 fi
-wait "$preparing" || echo "preparing the NeMo-RL environment failed; the NeMo-RL suite retries"
+echo "test.sh: lint, docs and the 3.11 suite done at $SECONDS s"
+prepared=1
+wait "$preparing" || { prepared=0; echo "preparing the NeMo-RL environment failed; the NeMo-RL suite retries"; }
 cat "$preparing_log"
 rm -f "$preparing_log"
-# The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings).
-bash scripts/test_nemo_rl.sh
-# slurm/submit_mmpo.sh through NeMo-RL's ray.sub to a real Slurm on this machine.
-bash scripts/test_slurm.sh
+# The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings),
+# and beside it the Slurm suite: slurm/submit_mmpo.sh through NeMo-RL's ray.sub to a real Slurm
+# on this machine (one host, then two in network namespaces). Its jobs run in PID and mount
+# namespaces of their own (ray.sub's `ray stop` and its /tmp/ray reach no other Ray cluster),
+# the two hosts in network namespaces too, and its Ray head listens on ray.sub's fixed ports,
+# which the NeMo-RL suite's clusters (random ports) do not take; it spends most of its time
+# waiting for jobs and daemons. Side by side only once the environments are built (both
+# suites would otherwise build them at once); its lines are printed after the NeMo-RL suite's.
+status=0
+if [[ $prepared == 1 ]]; then
+    slurm_log="$(mktemp)"
+    slurm_done="$slurm_log.done"  # NeMo-RL's own unit tests wait for it (test_nemo_rl.sh)
+    { code=0; bash scripts/test_slurm.sh || code=$?; echo "$code" >"$slurm_done"; } >"$slurm_log" 2>&1 &
+    slurm=$!
+    trap 'kill "$preparing" "$slurm" 2>/dev/null || true' EXIT
+    NEMO_MMPO_AFTER="$slurm_done" bash scripts/test_nemo_rl.sh || status=1
+    echo "test.sh: the NeMo-RL suite done at $SECONDS s"
+    wait "$slurm" || true
+    [[ "$(cat "$slurm_done" 2>/dev/null)" == 0 ]] || status=1
+    echo "test.sh: the Slurm suite (its own seconds in its last line) waited for at $SECONDS s"
+    cat "$slurm_log"
+    rm -f "$slurm_log" "$slurm_done"
+else
+    bash scripts/test_nemo_rl.sh || status=1
+    bash scripts/test_slurm.sh || status=1
+fi
+exit $status

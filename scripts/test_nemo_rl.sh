@@ -8,9 +8,13 @@
 # Settings (environment; and those of scripts/nemo_rl_env.sh):
 #   NEMO_RL_PATH       test against this NeMo-RL checkout only (default: the snapshots)
 #   NEMO_MMPO_PYTEST_ARGS  extra pytest arguments for our tests (e.g. "-k tiny")
+#   NEMO_MMPO_BEYOND_CI=1  also the tests marked beyond_ci (the vLLM recipe's 50-step learning
+#                      check: its engines learn together in the Megatron recipe's, in CI)
 #   NEMO_RL_UPSTREAM=0 skip NeMo-RL's own unit tests; =all include test_async_utils.py
 #                      (~8 minutes a run on 2 cores instead of ~1)
 #   NEMO_RL_RECORD=1   re-record NeMo-RL's outcomes without install() for each snapshot
+#   NEMO_MMPO_AFTER    a file whose existence NeMo-RL's own unit tests wait for (scripts/test.sh:
+#                      the Slurm suite's end; its Ray clusters would be found by address="auto")
 # The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
 # the interpreter or a snapshot changes. Under CI=true a NeMo-RL that fails to import, or a
 # missing Python 3.13 while the snapshots are present, fails the run instead of skipping.
@@ -85,6 +89,8 @@ for ref in "${refs[@]}"; do
     # the long end-to-end runs marked one_snapshot on the tested release (or a checkout) only
     selection="nemo_rl"
     [[ "$ref" == "v0.7.0" || -n "${NEMO_RL_PATH:-}" ]] || selection="nemo_rl and not one_snapshot"
+    # a learning check whose engines another one trains together (CI time): on request
+    [[ "${NEMO_MMPO_BEYOND_CI:-0}" == "1" ]] || selection="$selection and not beyond_ci"
     # the Megatron-Bridge this snapshot pins, where its source is at hand (main: 8c46dc42),
     # first on the path; else the environment's PyPI release (v0.7.0)
     bridge_source="$(nemo_rl_megatron_bridge_source "$ref")"
@@ -113,6 +119,12 @@ for ref in "${refs[@]}"; do
     grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true  # Megatron layouts' differences; the worker's runs; the watcher on its checkpoints
 
     if [[ "${NEMO_RL_UPSTREAM:-1}" != "0" && -d "$nemo_rl/tests/unit/algorithms" ]]; then
+        # NeMo-RL's tests find Ray by address="auto", which joins any GCS process it sees: not
+        # while the Slurm suite's jobs run beside this one (scripts/test.sh says when they end)
+        if [[ -n "${NEMO_MMPO_AFTER:-}" && ! -e "$NEMO_MMPO_AFTER" ]]; then
+            echo "nemo-rl $ref unit tests: waiting for $NEMO_MMPO_AFTER (the Slurm suite's end)"
+            while [[ ! -e "$NEMO_MMPO_AFTER" ]]; do sleep 5; done
+        fi
         # NeMo-RL's own unit tests with install(); without it they were recorded once per
         # snapshot (tests/nemo_rl_upstream/baseline-<ref>.txt, keyed by the archive's sha256).
         # A checkout, a new snapshot or NEMO_RL_RECORD=1 runs (and records) both.

@@ -170,10 +170,14 @@ def test_vllm_engine_in_an_untried_layout_is_refused_by_name(grpo, colocated, as
 
 
 @pytest.mark.one_snapshot
+@pytest.mark.beyond_ci  # CI: the Megatron recipe's 50 steps learn with this vLLM engine
 def test_fifty_vllm_steps_raise_the_expected_success_of_the_training_problems(
     tmp_path, tiny_warm_starts
 ):
     """The transformers engine's learning check (``tests/learning_check.py``), with NeMo-RL's
     vLLM generation sampling the rollouts; its margin holds over the vLLM spread's seeds
-    (docs/cpu-rig.md)."""
+    (docs/cpu-rig.md). Not in CI (``beyond_ci``): CI's learning checks are the transformers
+    recipe's (``test_tiny_learning.py``) and the Megatron recipe's, whose rollouts this same
+    vLLM engine samples (``test_tiny_run_megatron.py``); ``NEMO_MMPO_BEYOND_CI=1 bash
+    scripts/test_nemo_rl.sh`` runs it."""
     check_fifty_steps_learn("mmpo_tiny_cpu_vllm.yaml", tmp_path, tiny_warm_starts)
