@@ -101,7 +101,7 @@ for ref in "${refs[@]}"; do
         "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py \
         tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
         -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
-        "${extra_pytest[@]}" >"$log" 2>&1
+        --durations=30 "${extra_pytest[@]}" >"$log" 2>&1  # the slowest tests, in the log
     code=$?
     set -e
     if [[ $code -gt 128 ]]; then  # killed by a signal: say which, and where (faulthandler)

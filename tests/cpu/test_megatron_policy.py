@@ -140,6 +140,10 @@ def worker_policy(start, layout, weights_path=None, optimizer_path=None):
     )
 
 
+# CI time: tests/nemo_rl_adapter/test_megatron_layouts.py runs NeMo-RL's Policy and worker on
+# gloo ranks and equals one process, and the Megatron tiny runs (both snapshots) are on-policy
+# through Ray at every step; this Ray start on request (NEMO_MMPO_BEYOND_CI=1)
+@pytest.mark.beyond_ci
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_a_step_of_nemo_rls_worker_equals_the_one_process_step(start, layout):
     """Log-probs (equal to ``transformers``'), the step's loss and gradient norm, and the
