@@ -1,11 +1,16 @@
 """The paper's evaluation inside NeMo-RL's loop, checked on a finished CPU run: what NeMo-RL's
 logger wrote to TensorBoard equals ``nemo-mmpo eval report`` on the same rollouts, and NeMo-RL's
 checkpoint manager recorded the paper's average for its selection. Used by the tiny runs of
-both generation engines (``tests/cpu/test_tiny_run.py``, ``tests/cpu/test_tiny_run_vllm.py``)."""
+both generation engines (``tests/cpu/test_tiny_run.py``, ``tests/cpu/test_tiny_run_vllm.py``);
+and :func:`start_watcher`, ``nemo-mmpo eval watch`` on a run's checkpoints as a user starts it
+(``tests/cpu/test_watch.py``, ``tests/cpu/test_tiny_run_megatron.py``)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,30 @@ from nemo_mmpo.cpu.spread.curves import reward_curve
 
 #: the tiny task's held-out problems (every one is evaluated)
 HELD_OUT_PROBLEMS = 240
+#: the checkout's root: the watcher runs from it, as a user's command does
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_watcher(recipe: Path, watch_args: list[str], overrides: list[str], log: Path):
+    """``python -m nemo_mmpo.eval watch --config <recipe> <watch_args> <overrides>`` in its own
+    process group (a test kills it with ``os.killpg``), its output appended to ``log``; without
+    the test's ``RAY_ADDRESS``, so the watcher starts its own engines as a user's would.
+    Returns the ``subprocess.Popen``."""
+    command = [
+        sys.executable,
+        "-m",
+        "nemo_mmpo.eval",
+        "watch",
+        "--config",
+        str(recipe),
+        *watch_args,
+        *overrides,
+    ]
+    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    with log.open("a") as output:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            command, cwd=ROOT, env=environment, stdout=output, stderr=output, start_new_session=True
+        )
 
 
 def check_in_loop_evaluations(run_dir: Path, steps: tuple[int, ...], samples: int) -> None:

@@ -42,6 +42,22 @@ class Sampler(Protocol):
     def generate(self, prompts: Sequence[str], n: int) -> list[list[str]]:
         """``n`` responses for each prompt."""
 
+    def close(self) -> None:
+        """Stop the engine and free its memory; the sampler is not used again."""
+
+
+def free_memory() -> None:
+    """Collect what a closed sampler left and hand the GPU's cached blocks back."""
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
 
 def row_seed(seed: int, row: int) -> int:
     """vLLM's per-request seed for row ``row`` of a call seeded ``seed`` (the rows of a call
@@ -84,6 +100,19 @@ class VLLMSampler:
             **self.engine_options,
         )
         self.tokenizer = self.engine.get_tokenizer()
+
+    def close(self) -> None:
+        """Stop the engine and free its memory (the watcher builds one per checkpoint): vLLM's
+        engine core (its own process, holding the weights and the KV cache) is shut down, as
+        NeMo-RL's ``VllmGenerationWorker.shutdown`` lets it go. Idempotent."""
+        engine = self.__dict__.pop("engine", None)
+        if engine is None:
+            return
+        core = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+        del engine
+        free_memory()
 
     @property
     def draws_fixed_by_call(self) -> bool:
@@ -170,6 +199,11 @@ class TransformersSampler:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.engine = AutoModelForCausalLM.from_pretrained(self.model).to(self.device).eval()
+
+    def close(self) -> None:
+        """Let the model go and free its memory. Idempotent."""
+        if self.__dict__.pop("engine", None) is not None:
+            free_memory()
 
     def _text(self, prompt: str) -> str:
         if self.chat_template and getattr(self.tokenizer, "chat_template", None):

@@ -241,7 +241,10 @@ def watch(
                 problems = problems or load_problems(settings)
                 run_setup(engine_setup)
                 sampler = make_sampler(backend, weights, settings, step, batch_size, engine_options)
-                numbers = evaluate_step(sampler, pool.verify, problems, settings, step)
+                try:
+                    numbers = evaluate_step(sampler, pool.verify, problems, settings, step)
+                finally:  # one engine at a time: the next checkpoint's needs the memory
+                    sampler.close()
                 if best_step(output_dir) == step:
                     keep_best(output_dir, step, weights)
                 log_unlogged(output_dir, tensorboard_dir)

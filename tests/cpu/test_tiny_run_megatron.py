@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import in_loop_evaluation
 import pytest
 from in_loop_evaluation import HELD_OUT_PROBLEMS
 from killed_runs import check_on_policy, check_resumed, run_until_step_then_kill
@@ -38,7 +39,6 @@ from nemo_mmpo.recipes import load
 
 RECIPE = "mmpo_tiny_cpu_megatron.yaml"
 STEPS = 50
-ROOT = CONFIGS_DIR.parents[1]
 #: the paper's evaluation inside the loop at step 50 only, 2 samples per held-out problem
 IN_LOOP_SAMPLES = 2
 IN_LOOP_AT_50 = [
@@ -65,9 +65,13 @@ def report(request, line: str) -> None:
 
 
 def kill_and_resume(recipe_overrides: list[str], tmp_path, steps: int) -> tuple[list, dict, int]:
-    """The recipe killed with SIGKILL once step 3 is printed (after step 2's checkpoint), then
-    the same command resumed to ``steps``: ``(printed lines, summary, step resumed from)``."""
-    killed = run_until_step_then_kill(RECIPE, recipe_overrides, tmp_path, steps, kill_after=3)
+    """The recipe, a checkpoint every 2 steps, killed with SIGKILL once step 3 is printed (after
+    step 2's checkpoint), then resumed to ``steps`` with ``recipe_overrides`` alone (its save
+    period, and NeMo-RL's checkpoint of the last step: CI time, a ``torch_dist`` save a step
+    spared): ``(printed lines of the resumed run, its summary, the step it resumed from)``."""
+    killed = run_until_step_then_kill(
+        RECIPE, [*recipe_overrides, "checkpointing.save_period=2"], tmp_path, steps, kill_after=3
+    )
     assert f"step    2/{steps}" in killed
     assert (tmp_path / "checkpoints" / "step_2" / "policy" / "weights").is_dir()
     console = Console()
@@ -86,7 +90,6 @@ def test_megatron_recipe_is_on_policy_resumes_after_kill_9_and_learns(
     checkpoint and evaluates it with vLLM (see :func:`check_watcher_equals_in_loop`)."""
     overrides = [
         *fifty_step_overrides(tmp_path, tiny_warm_starts),
-        "checkpointing.save_period=2",
         *IN_LOOP_AT_50,
     ]
     _, summary, start = kill_and_resume(overrides, tmp_path, STEPS)
@@ -112,22 +115,11 @@ def test_megatron_recipe_is_on_policy_resumes_after_kill_9_and_learns(
 
 def start_watcher(tmp_path: Path, overrides: list[str], out: Path) -> subprocess.Popen:
     """``nemo-mmpo eval watch --backend vllm`` on the run's checkpoints, into ``out``."""
-    command = [
-        sys.executable,
-        "-m",
-        "nemo_mmpo.eval",
-        "watch",
-        "--config",
-        str(CONFIGS_DIR / RECIPE),
-        "--backend",
-        "vllm",
-        *overrides,
-        f"evaluation.output_dir={out}",
-    ]
-    log = open(tmp_path / "watch.log", "a")
-    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    return subprocess.Popen(
-        command, cwd=ROOT, env=environment, stdout=log, stderr=log, start_new_session=True
+    return in_loop_evaluation.start_watcher(
+        CONFIGS_DIR / RECIPE,
+        ["--backend", "vllm"],
+        [*overrides, f"evaluation.output_dir={out}"],
+        tmp_path / "watch.log",
     )
 
 
@@ -189,7 +181,6 @@ def test_megatron_recipe_with_dmpo_is_on_policy_and_resumes_after_kill_9(
     overrides = [
         *fifty_step_overrides(tmp_path, tiny_warm_starts),
         f"grpo.max_num_steps={steps}",
-        "checkpointing.save_period=2",
         *DMPO,
     ]
     _, _, start = kill_and_resume(overrides, tmp_path, steps)

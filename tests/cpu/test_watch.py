@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import in_loop_evaluation
 import pytest
 from nemo_rl_support import CONFIGS_DIR, import_nemo_rl
 
@@ -56,24 +57,12 @@ def environment() -> dict[str, str]:
 
 
 def start_watcher(tmp_path: Path, warm_starts: Path) -> subprocess.Popen:
-    command = [
-        sys.executable,
-        "-m",
-        "nemo_mmpo.eval",
-        "watch",
-        "--config",
-        str(CONFIGS_DIR / "mmpo_tiny_cpu.yaml"),
-        "--backend",
-        "hf",
-        "--follow",
-        "--poll-seconds",
-        "0.5",
-        "--idle-seconds",
-        "600",
-        *overrides(tmp_path, warm_starts),
-    ]
-    log = open(tmp_path / "watch.log", "a")
-    return subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=log, stderr=log)
+    """The watcher as a user starts it beside a live run: following its checkpoints."""
+    follow = ["--backend", "hf", "--follow", "--poll-seconds", "0.5", "--idle-seconds", "600"]
+    recipe = CONFIGS_DIR / "mmpo_tiny_cpu.yaml"
+    return in_loop_evaluation.start_watcher(
+        recipe, follow, overrides(tmp_path, warm_starts), tmp_path / "watch.log"
+    )
 
 
 def half_written_step(evaluation: Path) -> int | None:

@@ -18,8 +18,7 @@ import torch
 from pydantic import Field
 
 from nemo_mmpo.cpu.engines.sampling import sample_texts, token_logprobs
-from nemo_mmpo.cpu.rig.model import EOS
-from nemo_mmpo.cpu.rig.task import Problem
+from nemo_mmpo.cpu.rig.task import Problem, solved_rows
 from nemo_mmpo.eval.verify import make_scorer
 from nemo_mmpo.settings import Settings
 
@@ -88,19 +87,9 @@ def success_probabilities(
 ) -> torch.Tensor:
     """``p(correct response + <eos> | prompt)`` at ``temperature`` per problem, float64
     ``[num_problems]``, from one forward pass."""
-    rows, starts = [], []
-    for problem in problems:
-        prompt = tokenizer.encode(problem.prompt, add_special_tokens=False)
-        response = tokenizer.encode(problem.response, add_special_tokens=False)
-        starts.append(len(prompt))
-        rows.append([*prompt, *response, EOS])
-    width = max(len(row) for row in rows)
-    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    for index, row in enumerate(rows):
-        input_ids[index, : len(row)] = torch.tensor(row)
-    lengths = torch.tensor([len(row) for row in rows])
+    input_ids, lengths, starts = solved_rows(tokenizer, problems)
     with torch.no_grad():
-        logprobs = token_logprobs(model, input_ids, lengths, temperature).double()
-    positions = torch.arange(width)
+        logprobs = token_logprobs(model, input_ids, torch.tensor(lengths), temperature).double()
+    positions = torch.arange(input_ids.shape[1])
     response = positions[None, :] >= torch.tensor(starts)[:, None]
     return torch.exp((logprobs * response).sum(dim=1))

@@ -115,6 +115,24 @@ class AdditionTask(Settings):
         return rest[: self.train_size], held_out
 
 
+def solved_rows(tokenizer: Any, problems: list[Problem]) -> tuple[Any, list[int], list[int]]:
+    """Each problem's ``prompt + response + <eos>`` tokens, right-padded with the tokenizer's pad
+    token: ``(input_ids [num_problems, width] int64, row lengths, prompt lengths)``."""
+    import torch
+
+    rows, prompt_lengths = [], []
+    for problem in problems:
+        prompt = tokenizer.encode(problem.prompt, add_special_tokens=False)
+        response = tokenizer.encode(problem.response, add_special_tokens=False)
+        prompt_lengths.append(len(prompt))
+        rows.append([*prompt, *response, tokenizer.eos_token_id])
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    for index, row in enumerate(rows):
+        input_ids[index, : len(row)] = torch.tensor(row)
+    return input_ids, [len(row) for row in rows], prompt_lengths
+
+
 def datum(tokenizer: Any, problem: Problem, index: int) -> dict[str, Any]:
     """One NeMo-RL ``DatumSpec`` (what its math data processor produces) for ``problem``."""
     import torch

@@ -33,8 +33,8 @@ import torch
 from pydantic import Field, model_validator
 
 from nemo_mmpo.cpu.rig.measure import Sampler, success_rate
-from nemo_mmpo.cpu.rig.model import EOS, PAD, ModelShape, tiny_llama
-from nemo_mmpo.cpu.rig.task import AdditionTask, Problem
+from nemo_mmpo.cpu.rig.model import ModelShape, tiny_llama
+from nemo_mmpo.cpu.rig.task import AdditionTask, Problem, solved_rows
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.settings import Settings
 
@@ -95,20 +95,12 @@ class WarmStartResult:
 def supervised_batch(tokenizer: Any, problems: list[Problem]) -> dict[str, torch.Tensor]:
     """``input_ids``, ``attention_mask`` and ``labels`` (-100 outside the response) of
     ``prompt + response + <eos>`` for each problem, right-padded."""
-    rows, prompt_lengths = [], []
-    for problem in problems:
-        prompt = tokenizer.encode(problem.prompt, add_special_tokens=False)
-        response = tokenizer.encode(problem.response, add_special_tokens=False)
-        prompt_lengths.append(len(prompt))
-        rows.append([*prompt, *response, EOS])
-    width = max(len(row) for row in rows)
-    input_ids = torch.full((len(rows), width), PAD)
-    labels = torch.full((len(rows), width), -100)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, (row, prompt_length) in enumerate(zip(rows, prompt_lengths, strict=True)):
-        input_ids[index, : len(row)] = torch.tensor(row)
-        labels[index, prompt_length : len(row)] = torch.tensor(row[prompt_length:])
-        attention[index, : len(row)] = 1
+    input_ids, lengths, prompt_lengths = solved_rows(tokenizer, problems)
+    labels = torch.full_like(input_ids, -100)
+    attention = torch.zeros_like(input_ids)
+    for index, (length, prompt_length) in enumerate(zip(lengths, prompt_lengths, strict=True)):
+        labels[index, prompt_length:length] = input_ids[index, prompt_length:length]
+        attention[index, :length] = 1
     return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
 
 
