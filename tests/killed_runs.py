@@ -44,6 +44,24 @@ def run_until_step_then_kill(
     return output.read_text()
 
 
+def check_terminal_shows_our_lines_only(terminal: str, log_dir: Path, printed_steps: int) -> None:
+    """The recipe as a person runs it (a subprocess, real file descriptors, its engines' own
+    processes too): NeMo-RL's output, "Skipping aggregation" lines included, lands in
+    ``<log_dir>/nemo_rl.log``; the ``terminal`` (stdout and stderr) shows the plan, the warm
+    start and one line per step, the first ``printed_steps`` of them at least."""
+    from nemo_mmpo.cpu.rig.driver import NEMO_RL_LOG
+
+    lines = terminal.splitlines()
+    steps = [int(line.split()[1].split("/")[0]) for line in lines if line.startswith("step ")]
+    assert steps[:printed_steps] == list(range(1, printed_steps + 1)), terminal[-3000:]
+    assert steps == list(range(1, len(steps) + 1)), terminal[-3000:]  # each step once
+    assert "Skipping aggregation" not in terminal
+    log = (log_dir / NEMO_RL_LOG).read_text()
+    assert "Skipping aggregation" in log or "Computing advantages" in log
+    # the plan (~20 lines), the warm start (<= 15 measurements) and the steps printed
+    assert len(lines) < 40 + len(steps), terminal[-3000:]
+
+
 #: float32 policy and engine, on-policy: NeMo-RL's errors sit at their ideal values to ~1e-6
 ON_POLICY_BOUND = 1e-3
 

@@ -102,17 +102,15 @@ class VLLMSampler:
         self.tokenizer = self.engine.get_tokenizer()
 
     def close(self) -> None:
-        """Stop the engine and free its memory (the watcher builds one per checkpoint): vLLM's
-        engine core (its own process, holding the weights and the KV cache) is shut down, as
-        NeMo-RL's ``VllmGenerationWorker.shutdown`` lets it go. Idempotent."""
-        engine = self.__dict__.pop("engine", None)
-        if engine is None:
-            return
-        core = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
-        if core is not None:
-            core.shutdown()
-        del engine
-        free_memory()
+        """Let the engine go and free its memory (the watcher builds one per checkpoint), as
+        NeMo-RL's ``VllmGenerationWorker.shutdown`` does: the last reference to ``vllm.LLM``
+        dropped, then a collection (vLLM's engine-core process, holding the weights and the KV
+        cache, ends with its client). Not ``engine_core.shutdown()``: on vLLM's CPU build its
+        worker's clean-up asks ``torch.accelerator`` to synchronize, which needs a GPU
+        (``gpu_model_runner.py``'s ``_cleanup_profiling_kv_cache``). Idempotent."""
+        if self.__dict__.pop("engine", None) is not None:
+            self.__dict__.pop("tokenizer", None)
+            free_memory()
 
     @property
     def draws_fixed_by_call(self) -> bool:

@@ -92,46 +92,6 @@ def spies(monkeypatch):
     return calls
 
 
-@pytest.mark.one_snapshot  # CI time: the other two runs print progress lines on both
-def test_nemo_rl_output_goes_to_a_log_file_and_the_terminal_gets_one_line_per_step(
-    tmp_path, warm_starts
-):
-    """The recipe as a person runs it (a subprocess, real file descriptors): NeMo-RL's output,
-    "Skipping aggregation" lines included, lands in ``<log_dir>/nemo_rl.log``; the terminal
-    shows our lines only."""
-    import os
-    import subprocess
-    import sys
-
-    root = CONFIGS_DIR.parents[1]
-    overrides = [
-        "grpo.max_num_steps=3",
-        f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
-        f"logger.log_dir={tmp_path / 'logs'}",
-        f"cpu_backend.warm_start_cache={warm_starts}",
-    ]
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(root / "examples" / "run_mmpo_math.py"),
-            "--config",
-            str(CONFIGS_DIR / "mmpo_tiny_cpu.yaml"),
-            *overrides,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    steps = [line for line in result.stdout.splitlines() if line.startswith("step ")]
-    assert [line.split()[1] for line in steps] == ["1/3", "2/3", "3/3"]
-    assert "Skipping aggregation" not in result.stdout + result.stderr
-    log = (tmp_path / "logs" / driver.NEMO_RL_LOG).read_text()
-    assert "Skipping aggregation" in log or "Computing advantages" in log
-    assert len(result.stdout.splitlines()) < 40  # the plan, the warm start and three steps
-
-
 EVALUATE_EVERY_5 = ["grpo.val_period=5", "evaluation.samples=4"]
 
 

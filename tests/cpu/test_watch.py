@@ -74,7 +74,11 @@ def half_written_step(evaluation: Path) -> int | None:
     return None
 
 
-@pytest.mark.one_snapshot  # CI time: the in-loop evaluation runs on both snapshots
+@pytest.mark.one_snapshot
+# CI time: in CI the watcher is killed mid-step and resumed on the Megatron recipe's NeMo-RL
+# checkpoint with vLLM (tests/cpu/test_tiny_run_megatron.py), and its follow loop runs on
+# recorded engines (tests/eval/test_watch_engines.py); this live run on request
+@pytest.mark.beyond_ci
 def test_the_watcher_survives_kill_9_and_evaluates_every_checkpoint_once(
     tmp_path, tiny_warm_starts
 ):

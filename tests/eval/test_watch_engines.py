@@ -86,3 +86,34 @@ def test_an_engine_that_fails_its_step_is_closed_too(tmp_path, settings, monkeyp
             settings, tmp_path / "checkpoints", tmp_path / "tensorboard", every=2, log=print
         )
     assert events == ["open 2", "close 2"]
+
+
+def test_following_a_run_evaluates_each_checkpoint_as_it_appears(tmp_path, settings, monkeypatch):
+    """``--follow``: a checkpoint NeMo-RL finishes while the watcher waits is evaluated once, and
+    the watcher stops once ``last_step`` is evaluated (the loop of ``tests/cpu/test_watch.py``'s
+    live run, which CI runs on request: its engine, NeMo-RL's checkpoints and kills are the
+    Megatron recipe's watcher test's in CI)."""
+    events: list[str] = []
+    root = tmp_path / "checkpoints"
+
+    def sampler(backend, model, settings, step, *args):
+        if step == 2:  # training writes the next checkpoint while step 2 is measured
+            checkpoints(root, (4,))
+        return RecordingSampler(step, events)
+
+    monkeypatch.setattr(watch_module, "make_sampler", sampler)
+    checkpoints(root, (2,))
+    (root / "tmp_step_6").mkdir()  # NeMo-RL's checkpoint still being written: not yet
+    done = watch_module.watch(
+        settings,
+        root,
+        tmp_path / "tensorboard",
+        every=2,
+        follow=True,
+        last_step=4,
+        poll_seconds=0.01,
+        idle_seconds=60,
+        log=lambda _: None,
+    )
+    assert sorted(done) == [2, 4]
+    assert events == ["open 2", "close 2", "open 4", "close 4"]
