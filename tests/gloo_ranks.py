@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import socket
 import sys
 import time
@@ -21,9 +22,34 @@ COLLECTIVE_TIMEOUT = 120
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+#: below Linux's ephemeral range (32768-60999, what every outgoing connection and ``bind(0)``
+#: draw from) and above Ray's worker ports (10002-19999): a port picked here and bound later
+#: (a layout's group, a minute on) is not taken meanwhile by a Ray process's connection
+#: (EADDRINUSE, seen once in CI)
+PORTS = range(20000, 32000)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports of :data:`PORTS` (their probes held open together)."""
+    chosen: list[socket.socket] = []
+    try:
+        for port in random.Random().sample(PORTS, len(PORTS)):
+            probe = socket.socket()
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                probe.close()
+                continue
+            chosen.append(probe)
+            if len(chosen) == count:
+                return [probe.getsockname()[1] for probe in chosen]
+        raise RuntimeError(f"fewer than {count} free ports in {PORTS}")
+    finally:
+        for probe in chosen:
+            probe.close()
 
 
 def join(rank: int, world: int, port: int) -> None:
@@ -59,7 +85,7 @@ def run_launch(launch: dict, spec: dict, out: Path, target: Any) -> None:
     """Fork ``launch['world']`` ranks running ``target(rank, world, launch, spec, out)`` in one
     gloo group and wait; if one fails, stop the others and fail."""
     context = multiprocessing.get_context("fork")
-    port = free_port()
+    port = launch.get("port") or free_port()  # the launch's gloo group
     ranks = [
         context.Process(target=_rank, args=(target, rank, launch["world"], port, launch, spec, out))
         for rank in range(launch["world"])

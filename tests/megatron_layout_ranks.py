@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import free_port, run_launch
+from gloo_ranks import free_ports, run_launch
 
 #: The steps every layout takes, in this order, one optimizer step each.
 LOSSES = ("mmpo", "dmpo", "clipped_pg")
@@ -321,8 +321,10 @@ def main() -> None:
     spec = torch.load(spec_path, weights_only=False)
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "TORCH_CUDA_ARCH_LIST": "cpu"})
     for launch in spec["launches"]:
-        for layout in launch["layouts"]:
-            layout["port"] = free_port()
+        # the launch's gloo group and each layout's group (NeMo-RL's setup_distributed), distinct
+        launch["port"], *ports = free_ports(1 + len(launch["layouts"]))
+        for layout, port in zip(launch["layouts"], ports, strict=True):
+            layout["port"] = port
         run_launch(launch, spec, out, run_rank)
         if launch["index"] == 0:  # the reference: its log-probs before each step
             steps = torch.load(out / "launch-0.pt", weights_only=False)[

@@ -36,7 +36,11 @@ import pytest
 import torch
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl
 
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
+# CI time: on request (NEMO_MMPO_BEYOND_CI=1). In CI, Ray spans two hosts in the Slurm suite
+# (both snapshots' ray.sub: the environment on node2, node2 lost, a bounded end naming it and
+# the checkpoint, resumed with no step twice) and the driver's node watch ends a wait inside
+# ray.get on a stand-in node table (test_node_watch.py)
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot, pytest.mark.beyond_ci]
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.cpu.engines.generation import SeparateCPUGeneration
