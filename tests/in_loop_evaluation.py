@@ -25,9 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_watcher(recipe: Path, watch_args: list[str], overrides: list[str], log: Path):
     """``python -m nemo_mmpo.eval watch --config <recipe> <watch_args> <overrides>`` in its own
-    process group (a test kills it with ``os.killpg``), its output appended to ``log``; without
-    the test's ``RAY_ADDRESS``, so the watcher starts its own engines as a user's would.
-    Returns the ``subprocess.Popen``."""
+    process group (a test kills it with ``os.killpg``), its output appended to ``log``, in
+    :func:`user_environment`. Returns the ``subprocess.Popen``."""
     command = [
         sys.executable,
         "-m",
@@ -38,11 +37,21 @@ def start_watcher(recipe: Path, watch_args: list[str], overrides: list[str], log
         *watch_args,
         *overrides,
     ]
-    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     with log.open("a") as output:  # the child keeps its own descriptor
         return subprocess.Popen(
-            command, cwd=ROOT, env=environment, stdout=output, stderr=output, start_new_session=True
+            command,
+            cwd=ROOT,
+            env=user_environment(),
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
         )
+
+
+def user_environment() -> dict[str, str]:
+    """This process's environment without the test session's ``RAY_ADDRESS``: a command started
+    with it starts its own Ray, as a user's does."""
+    return {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
 
 
 def check_in_loop_evaluations(run_dir: Path, steps: tuple[int, ...], samples: int) -> None:

@@ -53,8 +53,8 @@ def check_terminal_shows_our_lines_only(terminal: str, log_dir: Path, printed_st
 
     lines = terminal.splitlines()
     steps = [int(line.split()[1].split("/")[0]) for line in lines if line.startswith("step ")]
-    assert steps[:printed_steps] == list(range(1, printed_steps + 1)), terminal[-3000:]
-    assert steps == list(range(1, len(steps) + 1)), terminal[-3000:]  # each step once
+    assert len(steps) >= printed_steps, terminal[-3000:]
+    assert steps == list(range(1, len(steps) + 1)), terminal[-3000:]  # each step once, in order
     assert "Skipping aggregation" not in terminal
     log = (log_dir / NEMO_RL_LOG).read_text()
     assert "Skipping aggregation" in log or "Computing advantages" in log

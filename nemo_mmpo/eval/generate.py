@@ -42,9 +42,6 @@ class Sampler(Protocol):
     def generate(self, prompts: Sequence[str], n: int) -> list[list[str]]:
         """``n`` responses for each prompt."""
 
-    def close(self) -> None:
-        """Stop the engine and free its memory; the sampler is not used again."""
-
 
 def free_memory() -> None:
     """Collect what a closed sampler left and hand the GPU's cached blocks back."""

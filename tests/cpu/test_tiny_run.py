@@ -96,7 +96,7 @@ EVALUATE_EVERY_5 = ["grpo.val_period=5", "evaluation.samples=4"]
 
 
 # CI time: main's grpo_train runs the estimator in tests/nemo_rl_adapter/test_trainer_loop.py and
-# the vLLM and Megatron recipes end to end (killed, resumed, evaluated in the loop)
+# the Megatron recipe end to end (killed and resumed)
 @pytest.mark.one_snapshot
 def test_short_tiny_run_trains_on_the_core_advantages_and_resumes(
     ray_cluster, spies, tmp_path, warm_starts

@@ -13,7 +13,6 @@ the step the paper's rule selects.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -50,10 +49,6 @@ def overrides(tmp_path: Path, warm_starts: Path) -> list[str]:
         f"logger.log_dir={tmp_path / 'logs'}",
         f"cpu_backend.warm_start_cache={warm_starts}",
     ]
-
-
-def environment() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
 
 
 def start_watcher(tmp_path: Path, warm_starts: Path) -> subprocess.Popen:
@@ -93,7 +88,7 @@ def test_the_watcher_survives_kill_9_and_evaluates_every_checkpoint_once(
             *overrides(tmp_path, tiny_warm_starts),
         ],
         cwd=ROOT,
-        env=environment(),
+        env=in_loop_evaluation.user_environment(),
         stdout=open(tmp_path / "training.log", "w"),
         stderr=subprocess.STDOUT,
     )
