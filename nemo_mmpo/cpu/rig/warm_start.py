@@ -25,6 +25,8 @@ import hashlib
 import json
 import platform
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -230,11 +232,42 @@ def load_or_make(
     """The warm-started model for ``spec``: from ``cache_dir/<key>`` when it is there, else
     trained (and saved there atomically, when ``cache_dir`` is given).
 
+    Processes that ask for the same key at once (two seeds' runs of a spread, two test
+    sessions sharing a cache) train it once: the first holds ``cache_dir/<key>.lock`` while it
+    trains, the others wait for it and read what it saved.
+
     Returns ``(model, result, checkpoint directory or None)``.
     """
+    if cache_dir is None:
+        return _load_or_train(spec, tokenizer, None, log)
+    directory = Path(cache_dir) / spec.key()
+    with _held(directory.with_name(directory.name + ".lock"), log):
+        return _load_or_train(spec, tokenizer, directory, log)
+
+
+@contextmanager
+def _held(lock_path: Path, log: Any) -> Iterator[None]:
+    """An exclusive ``flock`` on ``lock_path`` for the block (released if the process dies)."""
+    import fcntl
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"warm start: another process is making it ({lock_path}); waiting")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _load_or_train(
+    spec: WarmStartSpec, tokenizer: Any, directory: Path | None, log: Any
+) -> tuple[Any, WarmStartResult, Path | None]:
     from transformers import LlamaForCausalLM
 
-    directory = None if cache_dir is None else Path(cache_dir) / spec.key()
     if directory is not None and (directory / INFO_FILE).is_file():
         info = json.loads((directory / INFO_FILE).read_text())
         model = LlamaForCausalLM.from_pretrained(directory).float().eval()
