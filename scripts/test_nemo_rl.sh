@@ -66,11 +66,29 @@ mkdir -p "$logs"
 # here, so each run trains
 warm_starts="$ROOT/$UNPACKED/test_warm_starts"
 rm -rf "$warm_starts"
-# Our tests, every snapshot's session side by side (each on its own Ray cluster: ray.init with
+# Our tests, every snapshot's session side by side where it can (each on its own Ray cluster: ray.init with
 # address="local" or none finds no other, /tmp/ray/ray_current_cluster being written only by
 # `ray start`): a session alone leaves a core idle about a quarter of its time (imports,
 # actors starting one after the other, a run's single-threaded steps), which the other fills.
 # The shared warm start is trained once (the first session holds its lock, the other waits).
+# Each session sees its own examples/configs (a copy, bind-mounted over it in a mount namespace
+# of its own): the recipes inherit NeMo-RL's configs through the link examples/configs/nemo_rl,
+# which points at one checkout at a time. That needs root (CI's machines; the Slurm suite needs
+# it too); elsewhere the sessions run one after the other.
+side_by_side=0
+if [[ ${#refs[@]} -gt 1 && $EUID -eq 0 ]] && command -v unshare >/dev/null &&
+        unshare --mount --propagation private true 2>/dev/null; then
+    side_by_side=1
+fi
+in_own_configs() {  # in_own_configs REF COMMAND...: COMMAND seeing a private examples/configs
+    local private="$logs/configs-$1"
+    shift
+    rm -rf "$private"
+    cp -a "$ROOT/examples/configs" "$private"
+    rm -f "$private/nemo_rl"
+    exec unshare --mount --propagation private bash -c \
+        'mount --bind "$1" "$2" && shift 2 && exec "$@"' _ "$ROOT/$private" "$ROOT/examples/configs" "$@"
+}
 declare -A nemo_rl_of=() log_of=() pid_of=()
 resolved=()
 trap 'kill "${pid_of[@]}" 2>/dev/null || true' EXIT  # a stopped suite stops its sessions
@@ -117,19 +135,30 @@ for ref in "${refs[@]}"; do
     # first on the path; else the environment's PyPI release (v0.7.0)
     bridge_source="$(nemo_rl_megatron_bridge_source "$ref")"
     echo "nemo-rl $ref: Megatron-Bridge ${bridge_source:-PyPI $("$VENV/bin/python" -m pip show megatron-bridge 2>/dev/null | sed -n 's/^Version: //p')}"
-    NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${bridge_source:+$bridge_source:}$nemo_rl:$ROOT" \
-        NEMO_MMPO_REQUIRE_NEMO_RL="$require" \
-        NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" \
-        "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py \
-        tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection" \
-        -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
-        --durations=30 "${extra_pytest[@]}" >"$log" 2>&1 &  # the slowest tests, in the log
-    pid_of[$ref]=$!
+    session=(env NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${bridge_source:+$bridge_source:}$nemo_rl:$ROOT"
+        NEMO_MMPO_REQUIRE_NEMO_RL="$require" NEMO_MMPO_TEST_WARM_STARTS="$warm_starts"
+        "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py
+        tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection"
+        -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning
+        --durations=30 "${extra_pytest[@]}")  # the slowest tests, in the log
+    if [[ $side_by_side == 1 ]]; then
+        ( in_own_configs "$ref" "${session[@]}" ) >"$log" 2>&1 &
+        pid_of[$ref]=$!
+    else
+        code=0
+        "${session[@]}" >"$log" 2>&1 || code=$?
+        echo "$code" >"$log.exit"
+    fi
 done
 for ref in "${resolved[@]}"; do
     log="${log_of[$ref]}"
     code=0
-    wait "${pid_of[$ref]}" || code=$?
+    if [[ $side_by_side == 1 ]]; then
+        wait "${pid_of[$ref]}" || code=$?
+    else
+        code="$(cat "$log.exit")"
+        rm -f "$log.exit"
+    fi
     if [[ $code -gt 128 ]]; then  # killed by a signal: say which, and where (faulthandler)
         echo "nemo-rl $ref: the pytest process was killed by signal $((code - 128)) (exit $code); log: $log"
         grep -A 30 -E '^Fatal Python error' "$log" || true
