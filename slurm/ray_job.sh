@@ -76,16 +76,36 @@ probe_round() {  # one probe of every watched node; sets lost_node once one miss
     done
 }
 
-stop_ray_sub() {  # TERM ray.sub and its sruns, then KILL what is left after STOP_GRACE seconds
-    local children deadline=$((SECONDS + stop_grace))
-    children="$(pgrep -P "$ray_sub_pid" | tr '\n' ' ')"
+descendants() {  # descendants PID: every process below PID, children first
+    local child
+    for child in $(pgrep -P "$1"); do
+        echo "$child"
+        descendants "$child"
+    done
+}
+
+any_alive() {  # any_alive PID...: whether one of them still runs
+    local pid
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done
+    return 1
+}
+
+stop_ray_sub() {  # TERM ray.sub and every process below it (its sruns), then KILL what is left
+    # after STOP_GRACE seconds. The tree is taken before ray.sub goes: its sruns are orphaned
+    # then, and one still waiting for its step would print "srun: error: ... Killed" after our
+    # last line; we wait for them too, so that our line is the job's last.
+    local tree deadline=$((SECONDS + stop_grace))
+    tree="$(descendants "$ray_sub_pid" | tr '\n' ' ')"
     # shellcheck disable=SC2086 # a list of process ids
-    kill -TERM "$ray_sub_pid" $children 2>/dev/null
-    while kill -0 "$ray_sub_pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 1; done
-    children="$(pgrep -P "$ray_sub_pid" | tr '\n' ' ')"
+    kill -TERM "$ray_sub_pid" $tree 2>/dev/null
     # shellcheck disable=SC2086
-    kill -KILL "$ray_sub_pid" $children 2>/dev/null
+    while any_alive "$ray_sub_pid" $tree && ((SECONDS < deadline)); do sleep 1; done
+    tree="$tree $(descendants "$ray_sub_pid" | tr '\n' ' ')"
+    # shellcheck disable=SC2086
+    kill -KILL "$ray_sub_pid" $tree 2>/dev/null
     wait "$ray_sub_pid" 2>/dev/null
+    # shellcheck disable=SC2086
+    while any_alive $tree && ((SECONDS < deadline + 5)); do sleep 1; done
 }
 
 on_signal() {  # scancel, the time limit, or Slurm ending the job for a node it lost

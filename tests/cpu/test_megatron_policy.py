@@ -25,7 +25,8 @@ import pytest
 import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
+# CI time: on NeMo-RL main (passed on both; main's session is the shorter beside v0.7.0's)
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 import_nemo_rl("megatron.core")
 if importlib.util.find_spec("megatron.bridge") is None:  # imported in the workers only (TE)
