@@ -151,15 +151,20 @@ def test_float64_arithmetic_leaves_a_float32_policy():
     assert seen == [torch.float64] and next(model.parameters()).dtype == torch.float32
 
 
-def test_the_cache_returns_the_same_weights_without_training(tmp_path, monkeypatch):
-    tokenizer = char_tokenizer()
-    spec = WarmStartSpec(
+def cached_spec() -> WarmStartSpec:
+    """A small warm start for the cache tests (its measurement is scripted)."""
+    return WarmStartSpec(
         task=AdditionTask(train_size=64),
         shape=SMALL,
         settings=WarmStartSettings(check_every=3, batch_size=4, max_steps=30),
         sampler=SAMPLER,
         seed=1,
     )
+
+
+def test_the_cache_returns_the_same_weights_without_training(tmp_path, monkeypatch):
+    tokenizer = char_tokenizer()
+    spec = cached_spec()
     import nemo_mmpo.cpu.rig.warm_start as module
 
     original = module.warm_start
@@ -190,13 +195,7 @@ def test_two_processes_asking_for_the_same_warm_start_train_it_once(tmp_path, mo
     import nemo_mmpo.cpu.rig.warm_start as module
 
     tokenizer = char_tokenizer()
-    spec = WarmStartSpec(
-        task=AdditionTask(train_size=64),
-        shape=SMALL,
-        settings=WarmStartSettings(check_every=3, batch_size=4, max_steps=30),
-        sampler=SAMPLER,
-        seed=1,
-    )
+    spec = cached_spec()
     original = module.warm_start
     trained = []
     second_waits = threading.Event()
