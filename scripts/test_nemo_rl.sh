@@ -93,7 +93,7 @@ in_own_configs() {  # in_own_configs REF COMMAND...: COMMAND seeing a private ex
     exec unshare --mount --propagation private bash -c \
         'mount --bind "$1" "$2" && shift 2 && exec "$@"' _ "$ROOT/$private" "$ROOT/examples/configs" "$@"
 }
-declare -A nemo_rl_of=() log_of=() pid_of=()
+declare -A nemo_rl_of=() log_of=() pid_of=() code_of=()
 resolved=()
 trap 'kill "${pid_of[@]}" 2>/dev/null || true' EXIT  # a stopped suite stops its sessions
 # NeMo-RL's and Megatron-Bridge's unpacked sources are byte-compiled as they are unpacked
@@ -149,20 +149,14 @@ for ref in "${refs[@]}"; do
         ( in_own_configs "$ref" "${session[@]}" ) >"$log" 2>&1 &
         pid_of[$ref]=$!
     else
-        code=0
-        "${session[@]}" >"$log" 2>&1 || code=$?
-        echo "$code" >"$log.exit"
+        code_of[$ref]=0
+        "${session[@]}" >"$log" 2>&1 || code_of[$ref]=$?
     fi
 done
 for ref in "${resolved[@]}"; do
     log="${log_of[$ref]}"
-    code=0
-    if [[ $side_by_side == 1 ]]; then
-        wait "${pid_of[$ref]}" || code=$?
-    else
-        code="$(cat "$log.exit")"
-        rm -f "$log.exit"
-    fi
+    code="${code_of[$ref]:-0}"
+    [[ $side_by_side == 0 ]] || wait "${pid_of[$ref]}" || code=$?
     if [[ $code -gt 128 ]]; then  # killed by a signal: say which, and where (faulthandler)
         echo "nemo-rl $ref: the pytest process was killed by signal $((code - 128)) (exit $code); log: $log"
         grep -A 30 -E '^Fatal Python error' "$log" || true
