@@ -47,6 +47,17 @@ stop_recorded() {  # stop_recorded NAME...: stop the processes whose PIDs are in
     done
 }
 
+job_env_for() {  # job_env_for NEMO_RL: the jobs' JOB_ENV (slurm/submit_mmpo.sh) without a container
+    # NeMo-RL's Python environment, its ray on PATH; ray.sub's logs and signal files under $WORK
+    # (default: the repo). Ray's dashboard gets 120 s, not 30, to start each of its modules:
+    # ray.sub starts the head with the dashboard (--include-dashboard=True) and gives up after
+    # three tries, and in CI these jobs share 2 cores with the NeMo-RL suite's two sessions (a
+    # resumed job's head failed so in the fresh-clone CI of 4801bde: "MetricsHead ... Timeout
+    # after 30.0 seconds"). A setting of this test machine, not of the launcher.
+    echo "PATH=$VENV/bin:$PATH PYTHONPATH=$1 NEMO_RL_PY_EXECUTABLES_SYSTEM=1 OMP_NUM_THREADS=1" \
+        "BASE_LOG_DIR=$WORK/jobs RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=120"
+}
+
 copy_checkout() {  # copy_checkout: the working tree (tracked and untracked, not ignored) under
     # /tmp, as a checkout made by `mktemp -d` would be; sets checkout_copy
     checkout_copy="$(mktemp -d /tmp/nemo-mmpo-slurm-checkout.XXXXXX)/nemo-mmpo"

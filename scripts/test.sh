@@ -68,7 +68,8 @@ rm -f "$preparing_log"
 # namespaces of their own (ray.sub's `ray stop` and its /tmp/ray reach no other Ray cluster),
 # the two hosts in network namespaces too, and its Ray head listens on ray.sub's fixed ports,
 # which the NeMo-RL suite's clusters (random ports) do not take; it spends most of its time
-# waiting for jobs and daemons. Side by side only once the environments are built (both
+# waiting for jobs and daemons (its jobs give Ray's dashboard longer to start under this load:
+# scripts/slurm_test_lib.sh). Side by side only once the environments are built (both
 # suites would otherwise build them at once); its lines are printed after the NeMo-RL suite's.
 status=0
 if [[ $prepared == 1 ]]; then

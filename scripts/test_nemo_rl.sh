@@ -13,8 +13,8 @@
 #   NEMO_RL_UPSTREAM=0 skip NeMo-RL's own unit tests; =all include test_async_utils.py
 #                      (~8 minutes a run on 2 cores instead of ~1)
 #   NEMO_RL_RECORD=1   re-record NeMo-RL's outcomes without install() for each snapshot
-#   NEMO_MMPO_SIDE_BY_SIDE=1  the snapshots' sessions of our tests side by side (as root; see
-#                      below why not by default)
+#   NEMO_MMPO_SIDE_BY_SIDE=0  the snapshots' sessions of our tests one after the other (default:
+#                      side by side where that is possible, as root with unshare; see below)
 #   NEMO_MMPO_AFTER    a file whose existence NeMo-RL's own unit tests wait for (scripts/test.sh:
 #                      the Slurm suite's end; its Ray clusters would be found by address="auto")
 # The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
@@ -68,19 +68,18 @@ mkdir -p "$logs"
 # here, so each run trains
 warm_starts="$ROOT/$UNPACKED/test_warm_starts"
 rm -rf "$warm_starts"
-# Our tests, the snapshots' sessions side by side on request (each on its own Ray cluster: ray.init with
+# Our tests, the snapshots' sessions side by side (each on its own Ray cluster: ray.init with
 # address="local" or none finds no other, /tmp/ray/ray_current_cluster being written only by
 # `ray start`): a session alone leaves a core idle about a quarter of its time (imports,
 # actors starting one after the other, a run's single-threaded steps), which the other fills.
 # The shared warm start is trained once (the first session holds its lock, the other waits).
 # Each session sees its own examples/configs (a copy, bind-mounted over it in a mount namespace
 # of its own): the recipes inherit NeMo-RL's configs through the link examples/configs/nemo_rl,
-# which points at one checkout at a time. That needs root. On request only
-# (NEMO_MMPO_SIDE_BY_SIDE=1): in CI, beside the Slurm suite, the load made a Slurm job's Ray
-# head fail to start (Ray's dashboard module timed out after 30 s, three times; fresh-clone CI
-# of 4801bde), so by default the sessions run one after the other.
+# which points at one checkout at a time. That needs root and unshare; elsewhere, or with
+# NEMO_MMPO_SIDE_BY_SIDE=0, the sessions run one after the other. (Beside them in CI, the Slurm
+# suite's jobs give Ray's dashboard longer to start: scripts/slurm_test_lib.sh, job_env_for.)
 side_by_side=0
-if [[ "${NEMO_MMPO_SIDE_BY_SIDE:-0}" == "1" && ${#refs[@]} -gt 1 && $EUID -eq 0 ]] && command -v unshare >/dev/null &&
+if [[ "${NEMO_MMPO_SIDE_BY_SIDE:-1}" == "1" && ${#refs[@]} -gt 1 && $EUID -eq 0 ]] && command -v unshare >/dev/null &&
         unshare --mount --propagation private true 2>/dev/null; then
     side_by_side=1
 fi

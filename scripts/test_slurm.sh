@@ -158,9 +158,7 @@ rm -f "$marker"
 [[ $tmp_out == checkout-and-ray-seen ]]
 report "checkout under /tmp seen by jobs" $? "job said: $tmp_out (wanted checkout-and-ray-seen, and no marker-seen)" "$checkout_copy; private /tmp"
 
-# What submit_mmpo.sh needs without a container: NeMo-RL's Python environment, ray on PATH.
-job_env="PATH=$VENV/bin:$PATH PYTHONPATH=$nemo_rl NEMO_RL_PY_EXECUTABLES_SYSTEM=1 OMP_NUM_THREADS=1"
-job_env+=" BASE_LOG_DIR=$WORK/jobs"   # ray.sub's logs and signal files (default: the repo)
+job_env="$(job_env_for "$nemo_rl")"
 # The recipe, shortened. Its warm start stops at its first check (the band is [0, 1]): this
 # tests the submission path, not learning (tests/cpu/test_tiny_run.py does), in CI's budget.
 submit() {  # submit RUN_NAME OVERRIDES...: slurm/submit_mmpo.sh's output in $WORK/log/submit-RUN

@@ -215,8 +215,7 @@ namespace_pids() {  # namespace_pids NODE NAME: the PIDs of processes called NAM
 submit_multinode() {  # submit_multinode NEMO_RL RUN OVERRIDES...: mmpo_multinode.sh's output
     local nemo_rl="$1" run="$2" job_env
     shift 2
-    job_env="PATH=$VENV/bin:$PATH PYTHONPATH=$nemo_rl NEMO_RL_PY_EXECUTABLES_SYSTEM=1"
-    job_env+=" OMP_NUM_THREADS=1 BASE_LOG_DIR=$WORK/jobs $WATCH"
+    job_env="$(job_env_for "$nemo_rl") $WATCH"
     SBATCH_OUTPUT="$WORK/jobs/slurm-%j.out" \
     ACCOUNT=mmpo PARTITION=mmpo GPUS_PER_NODE=$GPUS TIME=00:15:00 \
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
