@@ -8,6 +8,7 @@ examples/configs``. NeMo-RL's own loader then resolves them unchanged.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from nemo_mmpo.errors import MMPOInputError
@@ -41,16 +42,22 @@ def find_nemo_rl_root() -> Path | None:
 
 
 def link_nemo_rl_configs(nemo_rl_root: Path, configs_dir: Path = CONFIGS_DIR) -> Path:
-    """Point ``configs_dir/nemo_rl`` at ``nemo_rl_root/examples/configs`` (idempotent)."""
+    """Point ``configs_dir/nemo_rl`` at ``nemo_rl_root/examples/configs`` (idempotent).
+
+    The link is replaced in one step (a new link renamed over it), so a process reading it at
+    that moment sees the old checkout's configs or the new one's, never no link, and two
+    processes re-pointing it at once both succeed (the last one's target stays).
+    """
     link = configs_dir / LINK_NAME
     target = (nemo_rl_root / "examples" / "configs").resolve()
     if link.is_symlink() and link.resolve() == target:
         return link
-    if link.is_symlink():
-        link.unlink()
-    elif link.exists():
+    if link.exists() and not link.is_symlink():
         raise MMPOInputError(
             f"{link} exists and is not a link; remove it so nemo-mmpo can link NeMo-RL's configs"
         )
-    link.symlink_to(target, target_is_directory=True)
+    staged = configs_dir / f".{LINK_NAME}.{os.getpid()}.{threading.get_ident()}"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(target, target_is_directory=True)
+    os.replace(staged, link)
     return link

@@ -244,6 +244,58 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl_code(tmp_path, mo
         link_nemo_rl_configs(checkout, configs)
 
 
+def test_the_link_is_re_pointed_in_one_step_while_others_read_and_re_point_it(tmp_path):
+    """Two processes (here threads) re-pointing ``nemo_rl`` at two checkouts at once both
+    succeed, and a reader never finds the link missing: it is replaced by a rename, not removed
+    and made again (which raised ``FileExistsError`` in the slower writer and showed readers
+    no link in between)."""
+    import os
+    import threading
+
+    from nemo_mmpo.checkout import LINK_NAME, link_nemo_rl_configs
+
+    checkouts = []
+    for name in ("a", "b"):
+        (tmp_path / name / "examples" / "configs").mkdir(parents=True)
+        checkouts.append(tmp_path / name)
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    targets = {str((checkout / "examples" / "configs").resolve()) for checkout in checkouts}
+    link = configs / LINK_NAME
+    link_nemo_rl_configs(checkouts[0], configs)
+    problems: list[str] = []
+    done = threading.Event()
+
+    def re_point(checkout):
+        try:
+            for _ in range(300):
+                link_nemo_rl_configs(checkout, configs)
+        except Exception as error:  # recorded: the test fails on it
+            problems.append(f"writer: {error!r}")
+
+    def read():
+        while not done.is_set():
+            try:
+                if os.readlink(link) not in targets:
+                    problems.append(f"reader: {os.readlink(link)}")
+            except OSError as error:
+                problems.append(f"reader: {error!r}")
+                return
+
+    reader = threading.Thread(target=read)
+    writers = [threading.Thread(target=re_point, args=(checkout,)) for checkout in checkouts * 2]
+    reader.start()
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    done.set()
+    reader.join()
+    assert problems == []
+    assert os.readlink(link) in targets
+    assert sorted(path.name for path in configs.iterdir()) == [LINK_NAME]  # no staged link left
+
+
 def test_a_recipe_whose_base_is_missing_is_refused_not_half_validated(tmp_path, monkeypatch):
     """Without a NeMo-RL checkout the recipes' bases cannot resolve: refused, naming the fix
     (the plan used to validate this project's keys alone, then NeMo-RL refused on the cluster)."""
