@@ -143,8 +143,11 @@ else
 fi
 
 # ------------------------------------------------------------------ checks -----------------
-# srun with the options ray.sub passes (pyxis's, and --mpi=pmix) runs on the host.
-spank_out="$(timeout 60 srun -N1 -n1 --gres=gpu:$GPUS --mpi=pmix --no-container-mount-home \
+# srun with the options ray.sub passes (pyxis's, and --mpi=pmix) runs on the host. The checks'
+# sruns are --quiet: a step that waits for the previous one's resources prints "srun: job N
+# queued and waiting for resources" (seen under CI's load, fresh-clone CI of 59155e8), which is
+# not the job's output; errors still print.
+spank_out="$(timeout 60 srun --quiet -N1 -n1 --gres=gpu:$GPUS --mpi=pmix --no-container-mount-home \
     --container-image=nvcr.io/nvidia/nemo-rl:v0.7.0 --container-mounts="$checkout_copy:$checkout_copy" \
     --container-workdir="$checkout_copy" --container-name=ray-head bash -c 'echo "host=$(hostname) gpus=$CUDA_VISIBLE_DEVICES"' 2>&1)"
 report "srun with pyxis options" $? "$spank_out" "$spank_out"
@@ -152,7 +155,7 @@ report "srun with pyxis options" $? "$spank_out" "$spank_out"
 # A job sees the checkout under /tmp (its working directory) and NeMo-RL's `ray`, yet not this
 # machine's /tmp: a marker file left there stays invisible inside the job.
 marker="$(mktemp /tmp/nemo-mmpo-slurm-marker.XXXXXX)"
-tmp_out="$(timeout 60 srun -N1 -n1 --chdir="$checkout_copy" bash -c \
+tmp_out="$(timeout 60 srun --quiet -N1 -n1 --chdir="$checkout_copy" bash -c \
     "test -f slurm/submit_mmpo.sh && PATH=$VENV/bin:\$PATH command -v ray >/dev/null && echo checkout-and-ray-seen; if test -e $marker; then echo marker-seen; fi" 2>&1)"
 rm -f "$marker"
 [[ $tmp_out == checkout-and-ray-seen ]]

@@ -185,7 +185,7 @@ else
     tail -n 20 "$WORK"/log/*.log "$WORK"/log/*.out 2>/dev/null
     exit 1
 fi
-hosts_out="$(timeout 30 srun -N2 hostname 2>&1 | sort | tr '\n' ' ')"
+hosts_out="$(timeout 30 srun --quiet -N2 hostname 2>&1 | sort | tr '\n' ' ')"
 [[ $hosts_out == "node1 node2 " ]]
 check "srun -N2" $? "printed: $hosts_out" "node1 node2"
 
