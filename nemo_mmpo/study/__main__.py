@@ -7,6 +7,8 @@
     nemo-mmpo study report --out results/ten --runs-from results/study results/check \
         --methods grpo passk maxrl dmpo mmpo              # ten seeds pooled, no ablations
     nemo-mmpo study check --out results/check --against results/study  # reproduced?
+    nemo-mmpo study power --records docs/results/study docs/results/check --claims 3 4 19
+    nemo-mmpo study confirm --records results/confirmatory --out results/confirmatory
 
 Runs need NeMo-RL (its environment, as the tiny run: ``bash scripts/tiny_run.sh`` builds it);
 ``report`` and ``check`` need only the files the runs wrote.
@@ -57,7 +59,40 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.study")
     )
     check.add_argument("--out", required=True, help="the second study's folder (reported)")
     check.add_argument("--against", required=True, help="the reference study's folder")
+    power = commands.add_parser(
+        "power", help="seeds a paired, Holm-corrected claim needs, from a pilot's records"
+    )
+    power.add_argument("--records", nargs="+", required=True, metavar="STUDY")
+    power.add_argument(
+        "--claims", nargs="+", type=int, default=[3], help="family sizes m (each claim at 0.05/m)"
+    )
+    power.add_argument("--planned", type=int, default=40, help="seeds the plan would run")
+    confirm = commands.add_parser(
+        "confirm", help="the registered plan's analysis of its runs (verdicts, report, figure)"
+    )
+    confirm.add_argument(
+        "--plan",
+        default=None,
+        help="the registered plan (default: docs/results/confirmatory/plan.md)",
+    )
+    confirm.add_argument("--records", nargs="+", required=True, metavar="STUDY")
+    confirm.add_argument("--out", required=True, help="where report.md and report.json go")
     args, extra = parser.parse_known_args(argv)
+    if args.command in ("power", "confirm") and extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "power":
+        from nemo_mmpo.study.power import power_table
+
+        print(power_table(args.records, tuple(args.claims), args.planned), end="")
+        return 0
+    if args.command == "confirm":
+        from nemo_mmpo.study.confirm import write_confirmation
+        from nemo_mmpo.study.plan import PLAN
+
+        path = write_confirmation(args.plan or PLAN, args.records, args.out)
+        print(path.read_text().split("\n## Secondary")[0].strip())
+        print(f"wrote {path}")
+        return 0
     if args.command == "check":
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
