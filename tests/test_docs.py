@@ -67,7 +67,8 @@ def test_runnable_block(where: str, language: str, code: str):
 
 
 def test_the_readme_links_resolve():
-    """Sphinx checks the links between the docs' pages; the README is not one of them."""
+    """The README's local links name files that exist (the Sphinx build checks them too, with
+    their anchors: ``docs/readme.md`` includes the README)."""
     text = (ROOT / "README.md").read_text()
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     local = [target for target in targets if "://" not in target]

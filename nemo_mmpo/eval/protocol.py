@@ -54,16 +54,8 @@ GINI_ALPHAS = (0.0, 0.1)
 class EvaluationSettings(Settings):
     """The recipe's ``evaluation`` section: the paper's protocol over a run.
 
-    Attributes:
-        enabled: evaluate at all.
-        in_loop: inside NeMo-RL's loop at ``grpo.val_period`` (generation backends that can
-            sample with their own settings: the CPU engines); false: NeMo-RL validates as it
-            does, and ``nemo-mmpo eval watch`` evaluates the checkpoints alongside.
-        benchmarks: ``{name: local JSONL/Parquet file, or null for the hub's copy}``.
-        samples, temperature, top_p, max_new_tokens: the sampler (the paper's by default).
-        template: the prompt around each problem (``{}`` is the problem).
-        output_dir: where ``step_<N>.jsonl`` / ``step_<N>.json`` go.
-        pass_at, gini_alphas: what each step reports.
+    What each key does, its default and the paper's value: ``docs/keys.md``, generated from
+    this class (the descriptions are in :mod:`nemo_mmpo.launch.keys`).
     """
 
     enabled: bool = False

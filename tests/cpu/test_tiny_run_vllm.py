@@ -99,7 +99,7 @@ def test_vllm_recipe_is_on_policy_and_resumes_after_kill_9(tmp_path, tiny_warm_s
 ASYNC_STEPS = 4
 
 
-# CI time: on NeMo-RL main (its spread was measured on v0.7.0, docs/cpu-rig.md; what this
+# CI time: on NeMo-RL main (its spread was measured on v0.7.0, docs/cpu-rig-runs.md; what this
 # asserts holds by construction on either); v0.7.0's async loop runs our estimator and loss in
 # tests/nemo_rl_adapter/test_trainer_loop.py and the CPU engine's recipe in test_tiny_run.py
 @pytest.mark.main_snapshot
@@ -187,7 +187,7 @@ def test_fifty_vllm_steps_raise_the_expected_success_of_the_training_problems(
 ):
     """The transformers engine's learning check (``tests/learning_check.py``), with NeMo-RL's
     vLLM generation sampling the rollouts; its margin holds over the vLLM spread's seeds
-    (docs/cpu-rig.md). Not in CI (``beyond_ci``): CI's learning checks are the transformers
+    (docs/cpu-rig-runs.md). Not in CI (``beyond_ci``): CI's learning checks are the transformers
     recipe's (``test_tiny_learning.py``) and the Megatron recipe's, whose rollouts this same
     vLLM engine samples (``test_tiny_run_megatron.py``); ``NEMO_MMPO_BEYOND_CI=1 bash
     scripts/test_nemo_rl.sh`` runs it."""
