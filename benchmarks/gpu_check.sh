@@ -1,9 +1,11 @@
 #!/bin/bash
 # The GPU check (issue 38, item 7): on one H100/H200 with Python 3.12, torch 2.11 + CUDA 13
 # and no internet, in at most ~7 minutes:
-#   (a) the CUDA tests that exist (pytest -k cuda: tests/test_estimators.py::test_cuda_matches_cpu);
-#   (b) benchmarks/gpu_bench.py: our estimators and the mmpo loss against NeMo-RL's GRPO
-#       estimator and ClippedPGLossFn on the GPU, as ratios to those measured in the same run;
+#   (a) the CUDA tests that exist (pytest -k cuda: tests/test_estimators.py::test_cuda_matches_cpu,
+#       tests/test_dmpo.py::test_cuda_batch_terms_and_penalty_term_match_cpu);
+#   (b) benchmarks/gpu_bench.py: our estimators, DMPO's batch terms and the mmpo and dmpo losses
+#       against NeMo-RL's GRPO estimator and ClippedPGLossFn on the GPU, as ratios to those
+#       measured in the same run;
 #   (c) benchmarks/gpu_worker_step.py: NeMo-RL's MegatronPolicyWorker (no Ray), the tiny
 #       model imported through Megatron-Bridge, log-probs and bf16 train steps with mmpo and
 #       with clipped_pg.
@@ -43,7 +45,7 @@ export PYTHONPATH=$SITE:$NEMO_RL_PATH:$PWD
 "$PYTHON" -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|tokenizers|megatron-core|megatron-bridge|pydantic) ' || true
 
 stage "(a) CUDA tests"
-timeout 180 "$PYTHON" -m pytest -q -p no:cacheprovider -rA -k cuda tests/test_estimators.py \
+timeout 180 "$PYTHON" -m pytest -q -p no:cacheprovider -rA -k cuda tests/test_estimators.py tests/test_dmpo.py \
     2>&1 | tee "$OUT/gpu_tests.txt"
 status=$?
 # it must have run (not skipped): a machine whose torch sees no GPU fails this part
@@ -51,7 +53,7 @@ grep -q -E "[0-9]+ passed" "$OUT/gpu_tests.txt" &&
     ! grep -q -E "[0-9]+ (failed|skipped|errors?)" "$OUT/gpu_tests.txt" || status=1
 [ $status -eq 0 ] || failed+=("cuda-tests")
 
-stage "(b) estimator and loss timings against NeMo-RL's"
+stage "(b) estimator, DMPO terms and loss timings against NeMo-RL's"
 timeout 150 "$PYTHON" benchmarks/gpu_bench.py --device cuda --out "$OUT/gpu_bench.json" ||
     failed+=("timings")
 

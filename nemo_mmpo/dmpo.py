@@ -216,7 +216,7 @@ def linearized_penalty(
     policy = terms.policy.detach()
     target, weights, index = terms.target, terms.weights, terms.group_index
     kl_parts = torch.special.xlogy(target, target) - torch.special.xlogy(target, policy)
-    per_group = torch.zeros((3, terms.num_groups), dtype=torch.float64)
+    per_group = torch.zeros((3, terms.num_groups), dtype=torch.float64, device=phi.device)
     per_group[0].index_add_(0, index, kl_parts * weights)
     per_group[1].index_add_(0, index, 0.5 * (target - policy).abs() * weights)
     per_group[2].index_add_(0, index, weights)

@@ -310,8 +310,10 @@ def main() -> None:
     spec_path, out = Path(sys.argv[1]), Path(sys.argv[2])
     torch.set_num_threads(1)  # ranks share two cores; and fork before any thread pool starts
     from nemo_mmpo.cpu.answers import megatron_shims
+    from nemo_mmpo.cpu.answers.import_hooks import CPU_ANSWERS_ENV
 
     answer_ray_in_ranks()
+    os.environ[CPU_ANSWERS_ENV] = "1"  # the CPU rig's ranks ask for its answers explicitly
     megatron_shims.install_on_import()
     megatron_shims.answer_torch()
     # import NeMo-RL's worker (Megatron-Bridge, megatron-core) once, before forking

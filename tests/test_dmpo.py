@@ -18,6 +18,7 @@ from nemo_mmpo import MMPOInputError, compute_advantages
 from nemo_mmpo.dmpo import distribution_matching_penalty, linearized_penalty
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import (
     GRADIENT_KEY,
+    SHARE_KEY,
     DMPOSettings,
     attach_penalty_terms,
     penalty_term,
@@ -218,7 +219,7 @@ def test_prompt_groups_follow_the_prompt_tokens_not_the_padding():
     assert torch.equal(groups[:, None] == groups[None, :], expected[:, None] == expected)
 
 
-def batch_with_terms(seed=0, temperature=1 / 15, filter_zero_signal=True):
+def batch_with_terms(seed=0, temperature=1 / 15, filter_zero_signal=True, device="cpu"):
     generator = torch.Generator().manual_seed(seed)
     prompts = [[5, 6, 7], [5, 6], [8, 9, 10, 11], [12]]
     input_ids, token_mask, lengths, groups = padded_batch(generator, prompts, [4, 3, 4, 2])
@@ -237,6 +238,7 @@ def batch_with_terms(seed=0, temperature=1 / 15, filter_zero_signal=True):
         "prev_logprobs": prev_logprobs,
     }
     data["sample_mask"][1] = 0.0  # a filtered sample takes no part
+    data = {key: value.to(device) for key, value in data.items()}
     settings = DMPOSettings(
         dmpo_weight=2.0, dmpo_temperature=temperature, dmpo_filter_zero_signal=filter_zero_signal
     )
@@ -283,6 +285,21 @@ def test_batch_terms_are_the_same_on_every_split_of_the_batch():
         (gradient,) = torch.autograd.grad(total, current)
         assert total.item() == pytest.approx(whole.item(), rel=1e-12)
         torch.testing.assert_close(gradient, whole_gradient, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_batch_terms_and_penalty_term_match_cpu():
+    """DMPO's batch terms and the loss's penalty term on CUDA (the GPU check runs ``-k cuda``)."""
+    cpu, _, cpu_metrics = batch_with_terms(2)
+    gpu, _, gpu_metrics = batch_with_terms(2, device="cuda")
+    assert gpu[SHARE_KEY].device.type == gpu[GRADIENT_KEY].device.type == "cuda"
+    assert gpu_metrics == pytest.approx(cpu_metrics, rel=1e-9)
+    for data in (cpu, gpu):
+        data["current"] = (data["prev_logprobs"][:, 1:] - 0.05).clone().requires_grad_()
+        data["term"] = penalty_term(data["current"], data)
+        (data["gradient"],) = torch.autograd.grad(data["term"], data["current"])
+    for key in (SHARE_KEY, GRADIENT_KEY, "term", "gradient"):
+        torch.testing.assert_close(gpu[key].detach().cpu(), cpu[key].detach())
 
 
 def test_missing_batch_terms_name_the_trainer_fix():

@@ -45,9 +45,10 @@ QUOTED_LINES = 3
 
 
 def is_cpu_rig_recipe(config: Mapping[str, Any]) -> bool:
-    """A recipe of the CPU rig (it has a ``cpu_backend`` section): its checkpoints were
-    written by workers with the rig's CPU answers, and are read back with them."""
-    return bool(config.get("cpu_backend"))
+    """A recipe the CPU rig trains (``cpu_backend.enabled: true``; a GPU recipe may carry the
+    section switched off): its checkpoints were written by workers with the rig's CPU
+    answers, and are read back with them."""
+    return bool((config.get("cpu_backend") or {}).get("enabled"))
 
 
 def run_setup(setup: Sequence[str]) -> None:

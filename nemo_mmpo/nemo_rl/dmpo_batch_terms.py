@@ -91,6 +91,19 @@ def is_dmpo_loss(loss_config: Any) -> bool:
     return sections.value(loss_config, "name") == DMPO_LOSS
 
 
+def forced_ratio_problem(loss_config: Any) -> str | None:
+    """Why DMPO cannot train with this ``loss_fn``, or None: ``force_on_policy_ratio`` makes
+    NeMo-RL skip ``prev_logprobs`` (zeros; v0.7.0 grpo.py:2636, main
+    ``_resolve_logprob_skip_flags``), where the penalty is linearised."""
+    if not is_dmpo_loss(loss_config) or not sections.value(loss_config, "force_on_policy_ratio"):
+        return None
+    return (
+        f"loss_fn.name={DMPO_LOSS} needs the log-probabilities NeMo-RL computes before training "
+        "(prev_logprobs), which loss_fn.force_on_policy_ratio=true skips: set "
+        "loss_fn.force_on_policy_ratio=false"
+    )
+
+
 def unread_dmpo_settings(loss_config: Any) -> list[str]:
     """One message for each of DMPO's ``loss_fn`` keys set to a value other than its default
     while ``loss_fn.name`` is not ``dmpo`` (no other loss reads them)."""

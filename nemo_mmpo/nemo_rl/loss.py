@@ -25,6 +25,7 @@ from typing import Any
 
 from nemo_rl.algorithms.loss import ClippedPGLossFn
 
+from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS, MMPO_LOSS
@@ -52,9 +53,14 @@ class DMPOLossFn(ClippedPGLossFn):
     value and gradient at the first optimizer step of each batch; the same on every split of the
     batch).
     Adds the loss metric ``dmpo/penalty_term`` (summed over micro-batches: the penalty).
+    Refuses ``force_on_policy_ratio`` (:func:`~nemo_mmpo.nemo_rl.dmpo_batch_terms.
+    forced_ratio_problem`), as the dry run does, for drivers that build it themselves.
     """
 
     def __init__(self, cfg: Any, *args: Any, **kwargs: Any) -> None:
+        problem = dmpo.forced_ratio_problem(cfg)
+        if problem is not None:
+            raise MMPOInputError(problem)
         super().__init__(cfg, *args, **kwargs)
         self.dmpo = dmpo.read_dmpo_settings(cfg)
         deviations = paper_setting_deviations(cfg) + self.dmpo.deviations()

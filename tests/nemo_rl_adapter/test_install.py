@@ -18,7 +18,7 @@ advantage_module = import_nemo_rl("nemo_rl.algorithms.advantage_estimator")
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, install, is_installed
-from nemo_mmpo.nemo_rl.hooks import HOOKED_MODULES, HOOKS, worker_pythonpath
+from nemo_mmpo.nemo_rl.hooks import HOOKS, worker_pythonpath
 from nemo_mmpo.nemo_rl.loss import MMPOClippedPGLossFn
 
 
@@ -29,14 +29,15 @@ def test_install_returns_every_hooked_name_and_is_idempotent():
     assert grpo._create_advantage_estimator is factory  # not wrapped twice
     assert is_installed()
     expected = []
-    for module_name in HOOKED_MODULES:
+    for module_name, hooks in HOOKS.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError:
             continue
-        expected += [f"{module_name}.{name}" for name in HOOKS if hasattr(module, name)]
+        expected += [f"{module_name}.{name}" for name in hooks if hasattr(module, name)]
     assert first == expected
     assert "nemo_rl.algorithms.grpo.ClippedPGLossFn" in first
+    assert "nemo_rl.algorithms.ppo.ClippedPGLossFn" in first
 
 
 def test_our_names_build_ours_and_builtins_stay_nemo_rls():

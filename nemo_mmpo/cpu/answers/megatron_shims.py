@@ -260,7 +260,9 @@ def _cpu_tensor_factories() -> None:
 
 
 def answer_torch() -> None:
-    """The torch-level answers above, in this process (idempotent)."""
+    """The torch-level answers above, in this process (idempotent; refused where torch sees
+    a CUDA device, :func:`~nemo_mmpo.cpu.answers.import_hooks.refuse_on_cuda`)."""
+    import_hooks.refuse_on_cuda("the torch-level answers (megatron_shims.answer_torch)")
     if _once("torch"):
         _gloo_instead_of_nccl()
         _cpu_device_questions()

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nemo_mmpo.cpu.answers.import_hooks import CPU_ANSWERS_ENV
 from nemo_mmpo.errors import MMPOInputError
 
 
@@ -42,7 +43,8 @@ def start_ray(setup_hook: str | None = None, num_cpus: int = 2) -> bool:
     """Join the running Ray cluster (:func:`running_cluster_address`), else start a local one
     with this machine's CPUs (at least ``num_cpus`` logical ones: NeMo-RL's placement groups
     ask a CPU per bundle); returns whether this call started it. ``setup_hook``: Ray's
-    ``worker_process_setup_hook`` for this job's workers (the engines' CPU answers).
+    ``worker_process_setup_hook`` for this job's workers (the engines' CPU answers, asked for
+    explicitly: ``NEMO_MMPO_CPU_ANSWERS=1`` in the workers' environment).
 
     Either way ``RAY_ADDRESS`` then names the cluster: NeMo-RL's memory tracker looks Ray up
     by ``address="auto"``, which fails when other Ray instances run on the machine.
@@ -52,7 +54,11 @@ def start_ray(setup_hook: str | None = None, num_cpus: int = 2) -> bool:
     if not ray.is_initialized():
         options: dict = {"include_dashboard": False, "log_to_driver": False}
         if setup_hook is not None:
-            options["runtime_env"] = {"worker_process_setup_hook": setup_hook}
+            options["runtime_env"] = {
+                "worker_process_setup_hook": setup_hook,
+                # the rig asks for its CPU answers explicitly (also on a machine with a GPU)
+                "env_vars": {CPU_ANSWERS_ENV: "1"},
+            }
         address = running_cluster_address()
         if address is not None:
             ray.init(address=address, **options)
