@@ -132,6 +132,58 @@ nemo_rl_megatron_bridge_source() {  # prints the src/ folder of snapshot $1's pi
     echo "$target/src"
 }
 
+MEGATRON_LM_SOURCES="${MEGATRON_LM_SOURCES:-$ROOT/../shared/megatron-lm}"
+#: NeMo-RL snapshots whose megatron-core pin has its source in $MEGATRON_LM_SOURCES: main
+#: 7ea279ab pins Megatron-Bridge 8c46dc42, which pins Megatron-LM 14346b65 (megatron-core
+#: 0.20.0, not on PyPI; ../shared/megatron-lm/README.md). v0.7.0 pins a Megatron-Bridge fork
+#: commit that is not public (151168f3), and through it a Megatron-LM commit whose source is not
+#: at hand (most likely 002255075c, docs/cpu-answers.md): it keeps the environment's closest
+#: releases (PyPI megatron-core 0.19.2, megatron-bridge 0.6.2)
+declare -A NEMO_RL_MEGATRON_LM_PINS=([main-7ea279ab]=14346b65)
+
+nemo_rl_megatron_core_build() {  # prints the folder holding snapshot $1's pinned megatron-core,
+    # built from its Megatron-LM source (pip --target .nemo-rl/megatron-core-<commit>: the
+    # package, its dist-info and the pybind11 dataset helper it compiles), or nothing.
+    # Rebuilt when the archive or the environment's interpreter changes.
+    local commit="${NEMO_RL_MEGATRON_LM_PINS[$1]:-}" archive target source stamp
+    [[ -n "$commit" ]] || return 0
+    archive="$MEGATRON_LM_SOURCES/megatron-lm-$commit.tar.gz"
+    [[ -f "$archive" ]] || return 0
+    target="$NEMO_RL_UNPACKED/megatron-core-$commit"
+    stamp="$(stat -c '%s %Y' "$archive") $(cat "$NEMO_RL_VENV/.nemo-mmpo-python" 2>/dev/null)"
+    if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$stamp" ]]; then
+        echo "nemo-rl environment: building megatron-core from Megatron-LM $commit" >&2
+        rm -rf "$target" "$NEMO_RL_UNPACKED/megatron-lm-$commit"
+        mkdir -p "$NEMO_RL_UNPACKED"
+        tar -xzf "$archive" -C "$NEMO_RL_UNPACKED"
+        source="$NEMO_RL_UNPACKED/megatron-lm-$commit"
+        # with the base environment's setuptools and pybind11 (scripts/nemo_rl_requirements.txt)
+        # (NO_VCS_VERSION: its version would take the git commit of the folder it is built in)
+        NO_VCS_VERSION=1 "$NEMO_RL_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation \
+            --target "$target" "$source" >&2 ||
+            { echo "megatron-core $commit: pip could not build $source" >&2; return 1; }
+        rm -rf "$source"
+        # the helper's build is optional in its setup.py (a missing compiler would go unnoticed)
+        # and PyPI's megatron-core has one too: the import must come from the build
+        "$NEMO_RL_VENV/bin/python" -c "import sys; sys.path.insert(0, '$target')
+import megatron.core.datasets.helpers_cpp as helper
+assert helper.__file__.startswith('$target'), helper.__file__" >&2 ||
+            { echo "megatron-core $commit: its dataset helper did not build" >&2; return 1; }
+        nemo_rl_compile "$target"
+        nemo_rl_write_stamp "$stamp" "$target/.nemo-mmpo-stamp"
+    fi
+    echo "$target"
+}
+
+nemo_rl_engine_path() {  # prints the PYTHONPATH entries, ':'-joined, that put snapshot $1's
+    # pinned engines ahead of the environment's releases: its megatron-core build, then its
+    # Megatron-Bridge source (main); nothing for a snapshot that keeps the releases (v0.7.0)
+    local core bridge
+    core="$(nemo_rl_megatron_core_build "$1")" || return 1
+    bridge="$(nemo_rl_megatron_bridge_source "$1")"
+    printf '%s' "$core${core:+${bridge:+:}}$bridge"
+}
+
 nemo_rl_vllm_version() {  # prints the vLLM version NeMo-RL checkout $1 pins (its vllm extra)
     sed -n 's/^ *"vllm==\([0-9][0-9.]*\).*/\1/p' "$1/pyproject.toml" | head -n 1
 }

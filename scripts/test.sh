@@ -42,6 +42,7 @@ preparing_log="$(mktemp)"
     [[ -z "$python" ]] || nemo_rl_environment "$python"
     for ref in $(nemo_rl_snapshot_refs); do
         checkout_of_ref="$(nemo_rl_unpack "$ref")"
+        [[ -z "$python" ]] || nemo_rl_engine_path "$ref" >/dev/null
         version="$(nemo_rl_vllm_version "$checkout_of_ref")"
         [[ -z "$python" || -z "$version" || ! -f "scripts/vllm_cpu_requirements-$version.txt" ]] ||
             nemo_rl_vllm_environment "$version" >/dev/null

@@ -134,11 +134,12 @@ for ref in "${refs[@]}"; do
     fi
     # a learning check whose engines another one trains together (CI time): on request
     [[ "${NEMO_MMPO_BEYOND_CI:-0}" == "1" ]] || selection="$selection and not beyond_ci"
-    # the Megatron-Bridge this snapshot pins, where its source is at hand (main: 8c46dc42),
-    # first on the path; else the environment's PyPI release (v0.7.0)
-    bridge_source="$(nemo_rl_megatron_bridge_source "$ref")"
-    echo "nemo-rl $ref: Megatron-Bridge ${bridge_source:-PyPI $("$VENV/bin/python" -m pip show megatron-bridge 2>/dev/null | sed -n 's/^Version: //p')}"
-    session=(env NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${bridge_source:+$bridge_source:}$nemo_rl:$ROOT"
+    # the megatron-core and Megatron-Bridge this snapshot pins, where their source is at hand
+    # (main: Megatron-LM 14346b65, built; Megatron-Bridge 8c46dc42), first on the path; else the
+    # environment's PyPI releases (v0.7.0). The line names what the session imports.
+    engines="$(nemo_rl_engine_path "$ref")" || { echo "nemo-rl $ref: FAILED: building its pinned engines" >&2; exit 1; }
+    echo "nemo-rl $ref: $(PYTHONPATH="$engines" "$VENV/bin/python" scripts/engine_versions.py)"
+    session=(env NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${engines:+$engines:}$nemo_rl:$ROOT"
         NEMO_MMPO_REQUIRE_NEMO_RL="$require" NEMO_MMPO_TEST_WARM_STARTS="$warm_starts"
         "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py
         tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection"

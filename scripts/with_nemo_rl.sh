@@ -41,8 +41,12 @@ vllm_version="$(nemo_rl_vllm_version "$nemo_rl")"
 if [[ -n "$vllm_version" && -f "scripts/vllm_cpu_requirements-$vllm_version.txt" ]]; then
     environment="$(nemo_rl_vllm_environment "$vllm_version")"
 fi
+# a snapshot's pinned engines where their source is at hand (main: megatron-core from
+# Megatron-LM 14346b65, Megatron-Bridge 8c46dc42) ahead of the environment's releases
+snapshot="$(basename "$nemo_rl")"
+engines="$(nemo_rl_engine_path "${snapshot#nemo-rl-}")"
 export NEMO_RL_PATH="$nemo_rl"
-export PYTHONPATH="$nemo_rl:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="${engines:+$engines:}$nemo_rl:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export NEMO_RL_PY_EXECUTABLES_SYSTEM=1
 # the overlay first (its python), then the base environment (the console scripts: ray, ...)
 export PATH="$environment/bin:$NEMO_RL_VENV/bin:$PATH"

@@ -32,6 +32,7 @@ import_nemo_rl("megatron.core")
 if importlib.util.find_spec("megatron.bridge") is None:  # imported in the workers only (TE)
     import_nemo_rl("megatron.bridge")  # skips, or fails under CI, naming what is missing
 BatchedDataDict = import_nemo_rl("nemo_rl.distributed.batched_data_dict").BatchedDataDict
+checkpoint_module = import_nemo_rl("nemo_rl.utils.checkpoint")
 
 from nemo_mmpo.cpu.answers import megatron_shims
 from nemo_mmpo.cpu.engines import megatron_policy
@@ -185,19 +186,31 @@ def test_a_policy_resumed_from_the_workers_checkpoint_takes_the_same_next_step(s
     shared ``step`` tensor in all parameters' states holding the pre-load step
     (``distrib_optimizer.py:1028-1032, :1219-1225``), which the next step advances once per
     parameter (without the answer, after one saved step, log-probs 0.43 apart); the answer
-    fails the load if megatron-core restores the step itself."""
+    fails the load if megatron-core restores the step itself.
+
+    The resumed policy's paths are the ones ``grpo_train``'s setup resumes from: NeMo-RL's
+    ``CheckpointManager.get_resume_paths`` on the step folder, laid out as ``grpo_train`` saves
+    it (``step_2/policy/weights``, ``.../optimizer``). It returns no optimizer path where it
+    cannot find the optimizer in the workers' checkpoint, and the resumed step then starts a
+    fresh Adam (NeMo-RL v0.7.0, which looks only for a legacy ``common.pt``; docs/cpu-answers.md):
+    the test asks for the optimizer path, so it fails there."""
     _, _, loss, data, _ = start
+    step_folder = tmp_path / "step_2"
     policy = worker_policy(start, "tp2")
     try:
         for _ in range(2):  # Adam's step 2 is saved: a fresh optimizer's would be 1
             policy.train(on_policy(data, policy.get_logprobs(data)["logprobs"]), loss)
-        policy.save_checkpoint(str(tmp_path / "weights"), str(tmp_path / "optimizer"))
+        policy.save_checkpoint(
+            str(step_folder / "policy" / "weights"), str(step_folder / "policy" / "optimizer")
+        )
         batch = on_policy(data, policy.get_logprobs(data)["logprobs"])
         continued = policy.train(batch, loss)
         after = policy.get_logprobs(data)["logprobs"]
     finally:
         megatron_policy.shutdown_megatron_policy(policy)
-    resumed = worker_policy(start, "tp2", str(tmp_path / "weights"), str(tmp_path / "optimizer"))
+    weights, optimizer = checkpoint_module.CheckpointManager.get_resume_paths(step_folder)
+    assert optimizer is not None, "NeMo-RL's resume finds no optimizer state: a fresh Adam"
+    resumed = worker_policy(start, "tp2", str(weights), str(optimizer))
     try:
         torch.testing.assert_close(resumed.get_logprobs(data)["logprobs"], batch["prev_logprobs"])
         again = resumed.train(batch, loss)

@@ -36,6 +36,7 @@ unpacked rows (pipeline parallel): ``_pack_input_ids`` copies the padded length 
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -372,7 +373,8 @@ def test_the_layouts_split_the_batch_as_configured(outcomes, report):
     results = outcomes["results"]
     report.append(
         f"parallel-loss {snapshot_name()}: {len(LAYOUTS)} layouts x {len(LOSSES)} steps through "
-        f"NeMo-RL's MegatronPolicyWorker on 1, 2 and 4 gloo ranks in {outcomes['seconds']:.0f} s"
+        f"NeMo-RL's MegatronPolicyWorker on 1, 2 and 4 gloo ranks in {outcomes['seconds']:.0f} s "
+        f"(megatron-core {importlib.metadata.version('megatron-core')})"
     )
 
     def calls(layout):  # per rank, per micro-batch of the control's step: what the model got

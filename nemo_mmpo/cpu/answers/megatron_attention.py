@@ -5,10 +5,13 @@ Megatron-Bridge's providers choose Transformer Engine's layer spec (``gpt_provid
 ``default_layer_spec``); its ``local_layer_spec`` (``gpt_provider.py:83``) is megatron-core's
 plain-torch spec, whose ``DotProductAttention`` refuses context parallel
 (``dot_product_attention.py:57``) and packed THD input (``:153``), which NeMo-RL's sequence
-packing feeds it. :class:`CPUCoreAttention` answers both in plain torch;
-:func:`cpu_layer_spec` is ``local_layer_spec`` with it as the core attention; the CPU answer
-to ``AutoBridge.to_megatron_provider`` (:mod:`nemo_mmpo.cpu.answers.megatron_shims`, on the CPU rig
-only) gives NeMo-RL's Hugging Face import this spec, which it writes into the import's
+packing feeds it. These lines are the same in both snapshots' engines: Megatron-Bridge 0.6.2
+and megatron-core 0.19.2 (NeMo-RL v0.7.0), Megatron-Bridge 8c46dc42 and megatron-core 0.20.0
+(Megatron-LM 14346b65, NeMo-RL main); neither file differs between them.
+:class:`CPUCoreAttention` answers both in plain torch; :func:`cpu_layer_spec` is
+``local_layer_spec`` with it as the core attention; the CPU answer to
+``AutoBridge.to_megatron_provider`` (:mod:`nemo_mmpo.cpu.answers.megatron_shims`, on the CPU
+rig only) gives NeMo-RL's Hugging Face import this spec, which it writes into the import's
 ``run_config.yaml``: the training model is built with the same spec.
 """
 
@@ -63,8 +66,9 @@ def packed_token_places(
 class CPUCoreAttention(DotProductAttention):
     """megatron-core's local ``DotProductAttention``, with a plain-torch causal attention where
     megatron-core needs Transformer Engine's (``dot_product_attention.py:57``: context parallel;
-    ``:153``: packed THD input). There, queries ``[t, heads, dim]`` attend causally within their
-    sequence (``cu_seqlens_q_padded``) to the keys of every context-parallel rank, gathered."""
+    ``:153``: packed THD input; 0.19.2 and 0.20.0 alike). There, queries ``[t, heads, dim]``
+    attend causally within their sequence (``cu_seqlens_q_padded``) to the keys of every
+    context-parallel rank, gathered."""
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         self.cp_size = config.context_parallel_size
@@ -125,8 +129,8 @@ class CPUCoreAttention(DotProductAttention):
 
 
 def cpu_layer_spec(config: Any) -> Any:
-    """Megatron-Bridge's ``local_layer_spec(config)`` (``gpt_provider.py:83``) with
-    :class:`CPUCoreAttention` as every layer's core attention."""
+    """Megatron-Bridge's ``local_layer_spec(config)`` (``gpt_provider.py:83``, 0.6.2 and
+    8c46dc42) with :class:`CPUCoreAttention` as every layer's core attention."""
     from megatron.bridge.models.gpt_provider import local_layer_spec
 
     spec = local_layer_spec(config)

@@ -1,8 +1,13 @@
-"""CPU answers for NeMo-RL's own Megatron policy worker (``MegatronPolicyWorker``), with
-megatron-core 0.19.2 and Megatron-Bridge (PyPI 0.6.2, or NeMo-RL main's pinned source) over
-gloo. NeMo-RL's, Megatron-Bridge's and megatron-core's files stay untouched; each answer below
-names the line it answers (NeMo-RL v0.7.0 unless marked main; Megatron-Bridge 0.6.2; measured
-in ``/work/shared/notes/megatron-policy-worker-on-cpu.md``) and changes no number.
+"""CPU answers for NeMo-RL's own Megatron policy worker (``MegatronPolicyWorker``) over gloo:
+under NeMo-RL main (7ea279ab) with megatron-core 0.20.0 (built from Megatron-LM 14346b65, its
+pin) and Megatron-Bridge 8c46dc42 (its pinned source), under NeMo-RL v0.7.0 with PyPI's
+megatron-core 0.19.2 and Megatron-Bridge 0.6.2. NeMo-RL's, Megatron-Bridge's and
+megatron-core's files stay untouched; each answer below names the line it answers (measured in
+``/work/shared/notes/megatron-policy-worker-on-cpu.md``) and changes no number. A bare
+``file.py:N`` is the same line in both: NeMo-RL v0.7.0 and main, Megatron-Bridge 0.6.2 and
+8c46dc42, megatron-core 0.19.2 and 0.20.0; where they differ, the first is v0.7.0's (NeMo-RL
+v0.7.0, Megatron-Bridge 0.6.2, megatron-core 0.19.2) and main's follows, marked ``main``
+(NeMo-RL main), ``8c46dc42`` (Megatron-Bridge) or ``0.20.0`` (megatron-core).
 
 They are applied only by the CPU rig and the tests: Ray's ``worker_process_setup_hook``
 (:data:`SETUP_HOOK`, :func:`install_on_import`) installs import hooks in every worker process;
@@ -13,78 +18,92 @@ never see them. On a GPU node none of this is installed.
 Import-time (before any CUDA question):
 
 - Megatron-Bridge ``peft/lora_layers.py:20``: its one unguarded ``import
-  transformer_engine.pytorch`` (reached from ``models/conversion/peft_bridge.py:41``). The
+  transformer_engine.pytorch`` (reached from ``models/conversion/peft_bridge.py:41``, through
+  ``peft/canonical_lora.py:26``; 8c46dc42 also directly, ``peft_bridge.py:42``). The
   module executes with a stand-in ``transformer_engine`` whose classes match nothing, removed
   again afterwards, so Megatron-Bridge's guarded imports still see Transformer Engine absent.
-- NeMo-RL main ``megatron_policy_worker.py:42-44`` imports ``FullyShardedDataParallelV1/V2``
-  from megatron-core, absent from PyPI's 0.19.2 (used only in an ``isinstance`` check, :3219):
-  two classes no model is an instance of.
 
 torch (:func:`answer_torch`):
 
-- ``init_process_group("nccl")`` (``models/megatron/setup.py:215``; Megatron-Bridge
-  ``model_provider.py:256, 321``) and ``new_group(backend="nccl")`` (worker :211): gloo.
-- ``torch.cuda.set_device`` (worker :266; ``model_provider.py:255, 320``): nothing to set;
-  ``torch.cuda.current_device()`` is device 0 (worker :292 asserts it equals
-  ``ray.get_gpu_ids()[0]``, which answers ``[0]`` on a CPU actor, worker :263), and tensors
-  asked for on it stay on the CPU (megatron-core's ``device=torch.cuda.current_device()``);
-  ``get_device_name`` (worker :818, ``train()``'s metrics) is ``cpu``; the memory counters
-  (``offload_before_refit``, :1491) are 0.
+- ``init_process_group("nccl")`` (``models/megatron/setup.py:215``, main ``:321``;
+  Megatron-Bridge ``model_provider.py:256, 321``) and ``new_group(backend="nccl")`` (worker
+  :211, main :381): gloo.
+- ``torch.cuda.set_device`` (worker :266, main :441; ``model_provider.py:255, 320``): nothing to
+  set; ``torch.cuda.current_device()`` is device 0 (worker :292, main :469, asserts it equals
+  ``ray.get_gpu_ids()[0]``, which answers ``[0]`` on a CPU actor, worker :263, main :438), and
+  tensors asked for on it stay on the CPU (megatron-core's ``device=torch.cuda.current_device()``);
+  ``get_device_name`` (worker :818, main :1067 and :1769, the training metrics) is ``cpu``; the
+  memory counters (``offload_before_refit``, :1491, main :3084) are 0.
 - tensor factories with ``device="cuda"``, ``.cuda()``, ``.to("cuda")``, ``pin_memory`` keep
-  tensors on the CPU (megatron-core ``schedules.py:749, 2292``, ``clip_grads.py:96``,
-  ``exchange_utils.py:97-109, 329``; NeMo-RL ``data.py:116, 657``, ``train.py:757``,
-  ``model_utils.py:1364-1365``, ``setup.py:1170``, worker :563). Module-level wrappers, not a
-  ``TorchFunctionMode``: NeMo-RL calls ``.cuda()`` inside autograd's backward, where a mode is
-  off.
-- CUDA streams and synchronisation (``param_and_grad_buffer.py:632``; Megatron-Bridge's
-  ``megatron/training/models/dist_utils.py:302-305``): streams that wait for nothing.
+  tensors on the CPU (megatron-core ``schedules.py:749, 2292`` (0.20.0: ``:758, 2301``),
+  ``clip_grads.py:96``, ``exchange_utils.py:97-109, 329`` (0.20.0: ``:99-111, 331``); NeMo-RL
+  ``data.py:116, 657`` (main ``:127, 815``), ``train.py:757`` (main ``:855``),
+  ``model_utils.py:1364-1365`` (main ``:1370-1371``), ``setup.py:1170`` (main ``:1666``), worker
+  :563 (main :787)). Module-level wrappers, not a ``TorchFunctionMode``: NeMo-RL calls
+  ``.cuda()`` inside autograd's backward, where a mode is off.
+- CUDA streams and synchronisation (megatron-core ``param_and_grad_buffer.py:632``, 0.20.0
+  ``:638``; ``megatron/training/models/dist_utils.py:302-305``, which Megatron-Bridge imports,
+  ``models/common/unimodal.py:15``: a package of PyPI's megatron-core 0.19.2 wheel, and under
+  main too, since the 14346b65 build has ``megatron/core`` only): streams that wait for nothing.
 - ``torch.cuda.get_rng_state`` / ``set_rng_state`` (Megatron-Bridge
-  ``training/checkpointing.py:491`` on every save, ``:3155, :3167`` on load): there is no CUDA
-  generator; an empty state is saved and restoring it does nothing.
+  ``training/checkpointing.py:491`` on every save, ``:3155, :3167`` on load; 8c46dc42: ``:506``,
+  ``:3199, :3211``): there is no CUDA generator; an empty state is saved and restoring it does
+  nothing.
 
 megatron-core and Megatron-Bridge:
 
 - the model-parallel RNG tracker (``tensor_parallel/random.py:303``) on the CPU generator;
-  Megatron-Bridge ``training/initialize.py:869`` seeds it only when a CUDA device exists (the
-  first layer's init then fails, ``random.py:316``): while ``_set_random_seed`` runs, the CPU
-  counts as one device, so its own seeding runs unchanged.
-- ``initialize_megatron`` asserts CUDA (``initialize.py:91``; NeMo-RL ``setup.py:1153`` calls
-  it without ``allow_no_cuda``) and refuses parallel groups on no CUDA device with the nccl
-  backend (``:762-763``): it runs with ``allow_no_cuda=True`` and the gloo backend.
-- ``AutoBridge.to_megatron_provider`` (``auto_bridge.py:1638``) gives Transformer Engine's
-  layer spec (``gpt_provider.py:120``) and TE fusions (``llama_bridge.py:67-71``): the local
-  spec with a plain-torch core attention
-  (:func:`~nemo_mmpo.cpu.answers.megatron_attention.cpu_layer_spec`) and those fusions off;
-  NeMo-RL's import writes it into ``run_config.yaml``, so training builds the same model.
+  Megatron-Bridge ``training/initialize.py:869`` (8c46dc42: ``:866``) seeds it only when a CUDA
+  device exists (the first layer's init then fails, ``random.py:316``): while
+  ``_set_random_seed`` runs, the CPU counts as one device, so its own seeding runs unchanged.
+- ``initialize_megatron`` asserts CUDA (``initialize.py:91``; NeMo-RL ``setup.py:1153``, main
+  ``:1649``, calls it without ``allow_no_cuda``) and refuses parallel groups on no CUDA device
+  with the nccl backend (``:762-763``; 8c46dc42: ``:759-760``): it runs with
+  ``allow_no_cuda=True`` and the gloo backend.
+- ``AutoBridge.to_megatron_provider`` (``auto_bridge.py:1638``; 8c46dc42: ``:1906``, deprecated
+  there with a ``FutureWarning``, ``model_bridge.py:759-767``) gives Transformer Engine's layer
+  spec (``gpt_provider.py:120``) and TE fusions (``llama_bridge.py:67-71``; 8c46dc42:
+  ``:57-60``, through ``hf_config_to_provider_kwargs``, ``:77-79``): the local spec with a
+  plain-torch core attention (:func:`~nemo_mmpo.cpu.answers.megatron_attention.cpu_layer_spec`)
+  and those fusions off; NeMo-RL's import (``community_import.py:112``, main ``:133``) writes it
+  into ``run_config.yaml``, so training builds the same model (main also calls it for a
+  ``megatron_lm`` checkpoint, ``setup.py:609``).
 - asynchronous checkpoint saves (NeMo-RL main's recipes; the ``nvrx`` strategy,
   Megatron-Bridge ``training/config.py:521``, needs ``nvidia-resiliency-ext``, a CUDA package):
-  NeMo-RL's checkpoint config (``setup.py:907``; main ``:1250``) saves synchronously.
-- ``compile_helpers()`` (``initialize.py:147``) runs ``make``; PyPI's megatron-core wheel ships
-  the built helper and no Makefile: nothing to build.
+  NeMo-RL's checkpoint config (``setup.py:907``; main ``:1250``) saves synchronously (v0.7.0's
+  already does, ``:920``; main passes the recipe's ``async_save`` through, ``:1289-1298``).
+- ``compile_helpers()`` (``initialize.py:147``; megatron-core ``datasets/utils.py:20-30``) runs
+  ``make`` in ``megatron/core/datasets``; PyPI's 0.19.2 wheel and main's 0.20.0 build (pip from
+  the 14346b65 source, whose ``datasets/Makefile`` it does not install) both hold the built
+  helper (``helpers_cpp``) and no Makefile: nothing to build.
 - a checkpoint loaded into a fresh distributed optimizer over torch's Adam (TE's and Apex's
-  need a GPU) stops at ``distrib_optimizer.py:839`` (no state yet): megatron-core's own dummy
-  state first (``_init_optimizer_states_with_dummy_values``), replaced by the loaded values.
+  need a GPU) stops at ``distrib_optimizer.py:839`` (0.19.2 and 0.20.0 alike: no state yet):
+  megatron-core's own dummy state first (``_init_optimizer_states_with_dummy_values``),
+  replaced by the loaded values.
 - after that load every parameter's torch Adam state shares one ``step`` tensor
-  (``distrib_optimizer.py:1028-1032``) holding the pre-load step (the ``dp_reshardable``
-  template's, copied back, ``:1953-1957`` into ``:1219-1225``), which the next step advances
-  once per parameter (``adam.py:414``): each parameter gets its own tensor with the loaded
-  param groups' step, so a resumed step is the uninterrupted run's (Transformer Engine's
-  ``FusedAdam``, NeMo-RL's on a GPU, keeps the step in its param groups).
+  (``distrib_optimizer.py:1028-1032``, 0.19.2 and 0.20.0 alike) holding the pre-load step (the
+  ``dp_reshardable`` template's, copied back, ``:1953-1957`` into ``:1219-1225``), which the
+  next step advances once per parameter (torch 2.11.0 ``adam.py:414``): each parameter gets its
+  own tensor with the loaded param groups' step, so a resumed step is the uninterrupted run's
+  (Transformer Engine's ``FusedAdam``, NeMo-RL's on a GPU, keeps the step in its param groups).
 - the CUDA tensor-type checks of gradient clipping (``clip_grads.py:174``) and of the
   distributed optimizer (``distrib_optimizer.py:477``): while they run, a CPU tensor's
   ``type()`` names the CUDA type.
 
 NeMo-RL's worker (``MegatronPolicyWorkerImpl``):
 
-- ``get_free_memory_bytes`` (``base_policy_worker.py:96``, NVML): the machine's available RAM.
-- ``move_model`` / ``move_optimizer`` (:1595, :1643: offloading to the CPU around refits and
-  log-prob passes): the model already lives in CPU memory. Run as written, megatron-core's
-  ``offload_to_cpu`` (``param_and_grad_buffer.py:1631``) takes ``param_data.cpu()``, which on
-  the CPU is the buffer itself, then frees it: the reloaded weights are garbage (NaN).
-- the refit's weight transports (``stream_weights_via_ipc_zmq``, :1376, CUDA IPC over ZMQ;
-  ``broadcast_weights_for_collective``, :1396, NCCL): every rank runs Megatron-Bridge's export
-  (it gathers the shards), rank 0 posts the Hugging Face state dict through Ray's object store
-  (:mod:`nemo_mmpo.cpu.answers.vllm_refit`), where the vLLM engine's CPU answer takes it.
+- ``get_free_memory_bytes`` (``base_policy_worker.py:96``, main ``:157``, NVML): the
+  machine's available RAM.
+- ``move_model`` / ``move_optimizer`` (:1595, :1643; main :3194, :3237: offloading to the CPU
+  around refits and log-prob passes): the model already lives in CPU memory. Run as written,
+  megatron-core's ``offload_to_cpu`` (``param_and_grad_buffer.py:1631``, 0.20.0 ``:1637``)
+  takes ``param_data.cpu()``, which on the CPU is the buffer itself, then frees it: the
+  reloaded weights are garbage (NaN).
+- the refit's weight transports (``stream_weights_via_ipc_zmq``, :1376, main :2476, CUDA IPC
+  over ZMQ; ``broadcast_weights_for_collective``, :1396, main :2496, NCCL): every rank runs
+  Megatron-Bridge's export (it gathers the shards), rank 0 posts the Hugging Face state dict
+  through Ray's object store (:mod:`nemo_mmpo.cpu.answers.vllm_refit`), where the vLLM
+  engine's CPU answer takes it.
 """
 
 from __future__ import annotations
@@ -165,13 +184,6 @@ def _lora_layers_without_te(execute: Callable[[Any], None]) -> Callable[[Any], N
     return run
 
 
-def _fsdp_names(module: Any) -> None:
-    """NeMo-RL main's worker imports ``FullyShardedDataParallelV1/V2`` (absent in 0.19.2)."""
-    for name in ("FullyShardedDataParallelV1", "FullyShardedDataParallelV2"):
-        if not hasattr(module, name):
-            setattr(module, name, type(name, (), {}))
-
-
 # --- torch -------------------------------------------------------------------------------------
 def _gloo_instead_of_nccl() -> None:
     import torch.distributed as dist
@@ -190,7 +202,9 @@ def _gloo_instead_of_nccl() -> None:
 
     dist.init_process_group, dist.new_group = init_process_group, new_group_gloo
     barrier = dist.barrier
-    # gloo takes no device_ids (megatron-core parallel_state.py:1033; initialize.py:157)
+    # barriers with device_ids: megatron-core parallel_state.py:1033, 1504 (0.19.2 and 0.20.0,
+    # SHARP groups only); Megatron-Bridge initialize.py:754, 756 (8c46dc42: :751, 753), when
+    # torch.distributed is not yet initialized: gloo is given none
     dist.barrier = lambda *args, device_ids=None, **kwargs: barrier(*args, **kwargs)
 
 
@@ -295,7 +309,8 @@ def _cuda_type_names(function: Callable) -> Callable:
 
 
 def _cpu_rng_tracker_methods() -> None:
-    """``CudaRNGStatesTracker.add`` / ``fork`` on the CPU generator (``random.py:303``)."""
+    """``CudaRNGStatesTracker.add`` / ``fork`` on the CPU generator (``random.py:303``, 0.19.2
+    and 0.20.0 alike)."""
     import torch
     from megatron.core.tensor_parallel import random as megatron_random
 
@@ -328,9 +343,10 @@ def _cpu_rng_tracker_methods() -> None:
 def _fresh_optimizer_loads(optimizer_class: type) -> None:
     """Loading a checkpoint into a fresh distributed optimizer over torch's Adam (no TE or
     Apex) fails at ``distrib_optimizer.py:839`` (``state_dict`` reads ``step`` from an empty
-    state): its state is first filled with megatron-core's own dummy values
-    (``_init_optimizer_states_with_dummy_values``, what its ``fsdp_dtensor`` path does,
-    ``:1641-1643``), which the loaded values then replace."""
+    state; the file is the same in megatron-core 0.19.2 and 0.20.0): its state is first filled
+    with megatron-core's own dummy values (``_init_optimizer_states_with_dummy_values``,
+    ``:1422``, what its ``fsdp_dtensor`` path does, ``:1641-1643``), which the loaded values
+    then replace."""
     sharded_state_dict = optimizer_class.sharded_state_dict
 
     @functools.wraps(sharded_state_dict)
@@ -348,16 +364,17 @@ def _own_adam_steps(optimizer_class: type) -> None:
     """A distributed optimizer over torch's Adam (no TE or Apex) that loads a checkpoint ends
     with the wrong Adam step in its per-parameter state, though the checkpoint's param groups
     hold the right one: megatron-core puts one ``torch.tensor(step)`` into every parameter's
-    state (``distrib_optimizer.py:1028-1032``; torch's ``load_state_dict`` keeps it uncast,
+    state (``distrib_optimizer.py:1028-1032``, megatron-core 0.19.2 and 0.20.0 alike: the file
+    is unchanged; torch 2.11.0's ``load_state_dict`` keeps it uncast,
     ``torch/optim/optimizer.py:797-801``), then copies over it the pre-load ``step`` its
     ``dp_reshardable`` load template kept as a non-persistent object (``:1953-1957`` into
     ``:1219-1225``), and the next step advances that one tensor once per parameter
-    (``adam.py:414``). A resumed step then ran with another step's bias corrections. NeMo-RL's
-    GPU install never takes this path (Transformer Engine's ``FusedAdam`` keeps the step in its
-    param groups, ``:852-863``); a GPU without TE or Apex would. Each parameter gets its own
-    tensor with the loaded param groups' step, the value megatron-core means to restore
-    (``:1024-1028``); if megatron-core already restores it, the load fails saying so (the
-    answer is then to go)."""
+    (``torch/optim/adam.py:414``). A resumed step then ran with another step's bias
+    corrections. NeMo-RL's GPU install never takes this path (Transformer Engine's
+    ``FusedAdam`` keeps the step in its param groups, ``:852-863``); a GPU without TE or Apex
+    would. Each parameter gets its own tensor with the loaded param groups' step, the value
+    megatron-core means to restore (``:1024-1028``); if megatron-core already restores it, the
+    load fails saying so (the answer is then to go)."""
     import torch
 
     load_state_dict = optimizer_class.load_state_dict
@@ -374,8 +391,8 @@ def _own_adam_steps(optimizer_class: type) -> None:
         if not shared and all(float(state["step"]) == step for state in states):
             raise RuntimeError(
                 "megatron-core's DistributedOptimizer.load_state_dict now restores each Adam "
-                "step (distrib_optimizer.py:1028-1032, :1219-1225 in 0.19.2 did not): remove "
-                "the _own_adam_steps answer from nemo_mmpo's megatron_shims"
+                "step (distrib_optimizer.py:1028-1032, :1219-1225 in 0.19.2 and 0.20.0 did "
+                "not): remove the _own_adam_steps answer from nemo_mmpo's megatron_shims"
             )
         for state in states:
             state["step"] = torch.tensor(step, dtype=torch.float32)
@@ -430,23 +447,24 @@ def _answer_initialize(module: Any) -> None:
 
 
 #: Transformer Engine's or Apex's fused kernels a Megatron-Bridge provider switches on
-#: (``llama_bridge.py:67-71``; megatron-core refuses ``apply_rope_fusion`` without TE,
-#: ``transformer_config.py:2185``)
+#: (``llama_bridge.py:67-71``, 8c46dc42 ``:57-60``; megatron-core refuses ``apply_rope_fusion``
+#: without TE, ``transformer_config.py:2185``, 0.20.0 ``:2250``)
 TE_FUSIONS = ("apply_rope_fusion", "masked_softmax_fusion", "persist_layer_norm")
 
 
 def _answer_auto_bridge(module: Any) -> None:
-    """``AutoBridge.to_megatron_provider`` (``auto_bridge.py:1638``) gives a provider with
-    Transformer Engine's layer spec (``gpt_provider.py:120``) and TE fusions: on the CPU, the
-    local spec with the plain-torch core attention, and those fusions off. NeMo-RL's Hugging
-    Face import writes the provider into its ``run_config.yaml``, so the training worker (and
-    NeMo-RL's checkpoint converter) build the same local model."""
+    """``AutoBridge.to_megatron_provider`` (``auto_bridge.py:1638``, 8c46dc42 ``:1906``) gives a
+    provider with Transformer Engine's layer spec (``gpt_provider.py:120``) and TE fusions: on
+    the CPU, the local spec with the plain-torch core attention, and those fusions off.
+    NeMo-RL's Hugging Face import writes the provider into its ``run_config.yaml``, so the
+    training worker (and NeMo-RL's checkpoint converter) build the same local model."""
     from megatron.bridge.utils.instantiate_utils import register_allowed_target_prefix
 
     from nemo_mmpo.cpu.answers.megatron_attention import cpu_layer_spec
 
     # run_config.yaml names the spec by its module: Megatron-Bridge's allowlist of _target_s
-    # (instantiate_utils.py:166) takes more prefixes by its own registration function
+    # (instantiate_utils.py:165-166, 8c46dc42 :167-168) takes more prefixes by its own
+    # registration function
     register_allowed_target_prefix(cpu_layer_spec.__module__)
     to_provider = module.AutoBridge.to_megatron_provider
 
@@ -463,7 +481,7 @@ def _answer_auto_bridge(module: Any) -> None:
 
 
 def _answer_setup(module: Any) -> None:
-    """NeMo-RL's ``setup.py`` imported ``initialize_megatron`` by name (``:45``); its
+    """NeMo-RL's ``setup.py`` imported ``initialize_megatron`` by name (``:45``, main ``:49``); its
     checkpoint config (``_create_checkpoint_config``, ``:907``; main ``:1250``) saves
     synchronously: NeMo-RL main's recipes ask for asynchronous saves, whose default strategy
     (Megatron-Bridge ``training/config.py:521``, ``nvrx``) needs ``nvidia-resiliency-ext``, a
@@ -541,7 +559,6 @@ def _worker_classes(module: Any) -> list[type]:
 
 
 AFTER_IMPORT: import_hooks.Shims = {
-    "megatron.core.distributed.fsdp.mcore_fsdp_adapter": _fsdp_names,
     "megatron.bridge.training.initialize": _answer_initialize,
     "megatron.bridge.models.conversion.auto_bridge": _answer_auto_bridge,
     "nemo_rl.models.megatron.setup": _answer_setup,
