@@ -92,8 +92,8 @@ def kill_and_resume(recipe_overrides: list[str], tmp_path, steps: int) -> tuple[
 def test_megatron_recipe_is_on_policy_and_learns(request, tmp_path, tiny_warm_starts):
     """Fifty steps without a break (the kill and resume: the other snapshot's test below, whose
     NeMo-RL restores the optimizer's state from the workers' checkpoint; v0.7.0 starts a fresh
-    Adam with megatron-core 0.19.2, docs/cpu-answers.md). Also the checkpoint path a GPU user meets: the
-    watcher converts the step-50 Megatron checkpoint and evaluates it with vLLM (see
+    Adam with megatron-core 0.19.2, docs/cpu-answers.md). Also the checkpoint path a GPU user
+    meets: the watcher converts the step-50 Megatron checkpoint and evaluates it with vLLM (see
     :func:`check_watcher_equals_in_loop`)."""
     overrides = [
         *fifty_step_overrides(tmp_path, tiny_warm_starts),
