@@ -43,6 +43,8 @@ REAL_MODULES = (
     "functools",
     "os",
     "pathlib",
+    "math",
+    "warnings",
 )
 _FUTURE_ANNOTATIONS = __future__.annotations.compiler_flag
 _counter = itertools.count()
@@ -224,8 +226,17 @@ class DeclarationReader:
 @functools.lru_cache(maxsize=8)
 def declared_class(root: Path, module: str = "nemo_rl.algorithms.grpo", name: str = "MasterConfig"):
     """NeMo-RL's ``module.name`` as declared in the checkout at ``root`` (None if absent)."""
-    source = DeclarationReader(root).module(module)
-    if source is None or name not in source.statements:
-        return None
-    value = source.resolve(name)
+    (value,) = declared_objects(root, module, (name,))
     return value if isinstance(value, type) else None
+
+
+@functools.lru_cache(maxsize=8)
+def declared_objects(root: Path, module: str, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """NeMo-RL's ``module.<name>`` for each of ``names`` (a class, or a function such as a
+    validator that checks it), read by one reader so that they share their declarations (None
+    for a name the module lacks)."""
+    source = DeclarationReader(root).module(module)
+    return tuple(
+        source.resolve(name) if source is not None and name in source.statements else None
+        for name in names
+    )

@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.checkout import find_nemo_rl_root
-from nemo_mmpo.launch.declarations import declared_class
+from nemo_mmpo.launch import trainers
+from nemo_mmpo.launch.declarations import declared_class, declared_objects
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names
 
 #: our own top-level sections, which NeMo-RL's MasterConfig keeps as extras and never reads
 OUR_SECTIONS = ("cpu_backend", "evaluation")
+GRPO_MODULE = "nemo_rl.algorithms.grpo"
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,37 @@ class TypeCheck:
     error: str | None = None
     warnings: tuple[str, ...] = ()
 
+    def with_config(self, config: dict[str, Any]) -> TypeCheck:
+        return TypeCheck(config, self.error, self.warnings)
+
+
+def single_controller_checks(validate: Any, read: Any, where: str) -> TypeCheck | None:
+    """NeMo-RL's ``validate_single_controller_config`` (``validate``, read from the checkout's
+    source with the ``MasterConfig`` it checks; ``setup_single_controller`` runs it first) on
+    ``read``: what it
+    raises is the error, what it warns are warnings; None when it passes silently. Where it needs
+    what a login node lacks, a warning says it was not run."""
+    import warnings
+
+    if not callable(validate) or isinstance(validate, type):
+        return None
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        try:
+            validate(read)
+        except ValueError as error:
+            return TypeCheck({}, error=f"{where}: {' '.join(str(error).split())}")
+        except Exception as error:  # it computes with what the login node lacks
+            return TypeCheck(
+                {},
+                warnings=(
+                    f"{where}: validate_single_controller_config could not check this config "
+                    f"here ({type(error).__name__})",
+                ),
+            )
+    said = tuple(f"{where}: {' '.join(str(item.message).split())}" for item in warned)
+    return TypeCheck({}, warnings=said) if said else None
+
 
 def check(config: dict[str, Any], nemo_rl_root: Path | None = None) -> TypeCheck:
     """``config`` through the ``MasterConfig`` of the NeMo-RL at ``nemo_rl_root`` (default: the
@@ -154,8 +187,18 @@ def check(config: dict[str, Any], nemo_rl_root: Path | None = None) -> TypeCheck
     from pydantic import ValidationError
 
     root = nemo_rl_root or find_nemo_rl_root()
+    single_controller = trainers.is_single_controller(config)
+    module = trainers.SINGLE_CONTROLLER_CONFIG if single_controller else GRPO_MODULE
+    validate = None
     try:
-        master_config = declared_class(root) if root is not None else None
+        if root is None:
+            master_config = None
+        elif single_controller:  # with its cross-section checks, read by the same reader
+            master_config, validate = declared_objects(
+                root, module, ("MasterConfig", "validate_single_controller_config")
+            )
+        else:
+            master_config = declared_class(root, module)
     except (OSError, SyntaxError, UnicodeDecodeError) as error:
         return TypeCheck(
             config,
@@ -164,6 +207,10 @@ def check(config: dict[str, Any], nemo_rl_root: Path | None = None) -> TypeCheck
                 f"read ({type(error).__name__}: {error})",
             ),
         )
+    if not isinstance(master_config, type):
+        master_config = None
+    if master_config is None and single_controller and root is not None:
+        return TypeCheck(config, error=trainers.missing_single_controller(root))
     if master_config is None:
         return TypeCheck(
             config,
@@ -173,7 +220,7 @@ def check(config: dict[str, Any], nemo_rl_root: Path | None = None) -> TypeCheck
             ),
         )
     accept_our_estimator_names(master_config)  # as install() does before run_grpo.py's check
-    where = f"NeMo-RL's MasterConfig ({root})"
+    where = f"NeMo-RL's {'single controller ' if single_controller else ''}MasterConfig ({root})"
     nemo_rl_sections = {key: item for key, item in config.items() if key not in OUR_SECTIONS}
     try:
         read = master_config(**nemo_rl_sections)
@@ -185,6 +232,10 @@ def check(config: dict[str, Any], nemo_rl_root: Path | None = None) -> TypeCheck
             config,
             warnings=(f"{where} could not check this config here: {type(error).__name__}",),
         )
+    if single_controller:  # its cross-section checks, as setup_single_controller runs them
+        refused = single_controller_checks(validate, read, where)
+        if refused is not None:
+            return refused.with_config(config)
     try:
         master_config.model_validate(nemo_rl_sections, strict=True)
         return TypeCheck(config)

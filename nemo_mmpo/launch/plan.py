@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nemo_mmpo.launch import trainers
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import is_dmpo_loss, read_dmpo_settings
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, read_estimator_settings
 from nemo_mmpo.nemo_rl.sections import value
@@ -50,6 +51,8 @@ def data_parallel_size(config: dict[str, Any]) -> int | None:
 
 
 def _mode(config: dict[str, Any]) -> str:
+    if trainers.is_single_controller(config):
+        return f"asynchronous GRPO in {trainers.SINGLE_CONTROLLER}"
     return "asynchronous GRPO" if value(config, "grpo.async_grpo.enabled", False) else "GRPO"
 
 
@@ -58,6 +61,8 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
     if cpu is not None:
         asynchronous = value(config, "grpo.async_grpo.enabled", False)
         trainer = "async_grpo_train" if asynchronous else "grpo_train"
+        if value(config, "data_plane.enabled", False):  # run_grpo.py's choice, :41-53
+            trainer = "grpo_train_sync (TransferQueue data plane, TQPolicy)"
         engine = (
             "its own copy of the weights in a CPU Ray actor, refit after every optimizer step"
             if asynchronous
@@ -163,6 +168,13 @@ def objective_section(config: dict[str, Any]) -> list[str]:
 
 
 def outputs_section(config: dict[str, Any]) -> list[str]:
+    if trainers.is_single_controller(config):
+        return [
+            f"validation: none in the run ({trainers.SINGLE_CONTROLLER} refuses it, "
+            f"{trainers.VALIDATION_REFUSED_AT}); the watcher (nemo-mmpo eval watch) evaluates "
+            f"its checkpoints: {value(config, 'checkpointing.checkpoint_dir')}; logs: "
+            f"{value(config, 'logger.log_dir')}"
+        ]
     return [
         f"validation: every {value(config, 'grpo.val_period')} steps; checkpoints: "
         f"{value(config, 'checkpointing.checkpoint_dir')}; logs: "

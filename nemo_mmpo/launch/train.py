@@ -24,7 +24,7 @@ from nemo_mmpo.checkout import CONFIGS_DIR, REPO_ROOT, find_nemo_rl_root
 from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.data import prepare_training_data
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.launch import plan, rules
+from nemo_mmpo.launch import plan, rules, trainers
 from nemo_mmpo.nemo_rl import install
 from nemo_mmpo.settings import mark_reported
 
@@ -105,7 +105,7 @@ def _train_with_nemo_rl(loaded, overrides: list[str], prepare_data: bool) -> int
     if nemo_rl_root is None:
         raise MMPOInputError("NeMo-RL's checkout was not found: set NEMO_RL_PATH")
     os.chdir(REPO_ROOT)  # relative paths in the recipes (data, prompts, logs) start here
-    run_grpo = nemo_rl_root / "examples" / "run_grpo.py"
+    run_grpo = trainers.driver_script(loaded.config, nemo_rl_root)  # or the single controller
     sys.argv = [str(run_grpo), "--config", str(loaded.source), *overrides]
     runpy.run_path(str(run_grpo), run_name="__main__")
     return 0

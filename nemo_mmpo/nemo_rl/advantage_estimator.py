@@ -15,6 +15,15 @@ The step's ``mmpo/`` metrics travel three ways, for the three kinds of trainer:
   ``_log_mixed_rewards_and_advantages_information`` right after ``compute_advantage``, and its
   hook (:mod:`nemo_mmpo.nemo_rl.hooks`) takes the metrics from the estimator the factory hook
   built (:meth:`MMPOAdvantageEstimator.take_step_metrics`), once.
+
+NeMo-RL main's single controller builds the estimator on the driver, pickles it into its
+``SingleControllerActor`` and calls it once per streaming chunk of a step (complete prompt
+groups each; single_controller.py:1778); it reads no estimator metrics. There the estimator is
+built with ``streaming_chunks=True`` (the factory hook of ``single_controller_utils.setup``):
+each chunk's metrics are kept with their weights, and :meth:`take_step_metrics` combines them
+into the step's (:func:`combine_chunk_metrics`: the same values as one call on the whole step's
+batch). Unpickled in the actor's process, it hooks that process's step-metric reduction
+(:mod:`nemo_mmpo.nemo_rl.actor_hooks`), which takes them once per step.
 """
 
 from __future__ import annotations
@@ -54,6 +63,51 @@ def _non_binary_hint(error: MMPOInputError) -> MMPOInputError:
     )
 
 
+#: how each metric of :meth:`MMPOAdvantageEstimator._metrics` combines over chunks of one step
+#: (chunks hold whole groups): the weight of its per-chunk mean, or ``max`` / ``sum``
+_GROUP_MEAN, _ROLLOUT_MEAN, _VALID_MEAN, _TOKEN_MEAN = "groups", "rollouts", "valid", "tokens"
+_COMBINED_BY = {
+    "success_rate": _ROLLOUT_MEAN,
+    "advantage_abs_mean": _VALID_MEAN,
+    "advantage_token_mean": _TOKEN_MEAN,
+    "advantage_abs_token_mean": _TOKEN_MEAN,
+    "positive_advantage_token_fraction": _TOKEN_MEAN,
+    "weight_max": "max",
+    "advantage_abs_max": "max",
+    "num_groups": "sum",
+}
+
+
+def combine_chunk_metrics(chunks: list[tuple[dict[str, float], dict[str, float]]]) -> dict:
+    """One step's metrics from its chunks' ``(metrics, weights)``: per-group means weighted by
+    groups, ``success_rate`` by rollouts, ``advantage_abs_mean`` by valid rollouts, the token
+    statistics by loss tokens; maxima and counts over all. A chunk with no weight for a mean
+    (no group, no token) takes no part in it; a mean no chunk has weight for is what one call
+    on the step reports: NaN for the group statistics
+    (:func:`~nemo_mmpo.diagnostics.group_statistics`), 0 for the advantage statistics."""
+    if len(chunks) == 1:
+        return dict(chunks[0][0])
+    combined: dict[str, float] = {}
+    for key in dict.fromkeys(key for metrics, _ in chunks for key in metrics):
+        how = _COMBINED_BY.get(key.removeprefix(ESTIMATOR_METRICS), _GROUP_MEAN)
+        values = [(metrics[key], weights) for metrics, weights in chunks if key in metrics]
+        if how == "sum":
+            combined[key] = float(sum(value for value, _ in values))
+            continue
+        if how == "max":
+            present = [value for value, weights in values if weights[_VALID_MEAN] > 0]
+            combined[key] = float(max(present)) if present else values[-1][0]
+            continue
+        total = sum(weights[how] for _, weights in values)
+        if total <= 0:
+            combined[key] = 0.0 if how in (_TOKEN_MEAN, _VALID_MEAN) else float("nan")
+            continue
+        combined[key] = float(
+            sum(value * weights[how] for value, weights in values if weights[how] > 0) / total
+        )
+    return combined
+
+
 class MMPOAdvantageEstimator:
     """MMPO (and baseline) advantages for NeMo-RL's GRPO trainers.
 
@@ -62,7 +116,13 @@ class MMPOAdvantageEstimator:
     (``estimator: unbiased``), or the baselines of :mod:`nemo_mmpo.baselines`.
     """
 
-    def __init__(self, estimator_config: Any, loss_config: Any = None) -> None:
+    def __init__(
+        self, estimator_config: Any, loss_config: Any = None, streaming_chunks: bool = False
+    ) -> None:
+        #: called once per streaming chunk of a step (the single controller): the step's
+        #: metrics combine every chunk's until :meth:`take_step_metrics`
+        self.streaming_chunks = streaming_chunks
+        self._chunks: list[tuple[dict[str, float], dict[str, float]]] = []
         self.settings = read_estimator_settings(estimator_config)
         #: keys of the section this estimator does not read (reported once per process)
         self.unread_settings = unread_estimator_settings(estimator_config)
@@ -104,6 +164,8 @@ class MMPOAdvantageEstimator:
         except MMPOInputError as error:
             raise _non_binary_hint(error) from None
         self.last_metrics = self._metrics(groups, advantages, mask)
+        if self.streaming_chunks:
+            self._chunks.append((dict(self.last_metrics), self._chunk_weights(groups, mask)))
         output_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
         token_advantages = advantages.to(output_dtype).unsqueeze(-1).expand(mask.shape)
         if self.result_type is not None:
@@ -115,9 +177,35 @@ class MMPOAdvantageEstimator:
 
     def take_step_metrics(self) -> dict[str, float]:
         """The last step's metrics for a trainer that reads neither an ``AdvantageResult`` nor
-        ``last_metrics``; empty once taken, and when they travelled in the result."""
+        ``last_metrics``; empty once taken, and when they travelled in the result. With
+        ``streaming_chunks``: every chunk's since the last call, combined
+        (:func:`combine_chunk_metrics`)."""
+        if self.streaming_chunks:
+            chunks, self._chunks = self._chunks, []
+            self._untaken_metrics = {}
+            return combine_chunk_metrics(chunks) if chunks else {}
         metrics, self._untaken_metrics = self._untaken_metrics, {}
         return metrics
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled (as Ray hands the single controller's estimator to its actor): in that
+        process, NeMo-RL's step-metric reduction takes this estimator's metrics."""
+        self.__dict__.update(state)
+        if self.streaming_chunks:
+            from nemo_mmpo.nemo_rl.actor_hooks import install_in_actor
+
+            install_in_actor(self)
+
+    @staticmethod
+    def _chunk_weights(groups: RewardGroups, mask: torch.Tensor) -> dict[str, float]:
+        """What each of this call's means is over (:func:`combine_chunk_metrics`)."""
+        present = groups.group_size > 0
+        return {
+            _GROUP_MEAN: float(present.sum()),
+            _ROLLOUT_MEAN: float(groups.group_size.sum()),
+            _VALID_MEAN: float(groups.valid.sum()),
+            _TOKEN_MEAN: float(mask[:, 1:].double().sum()),
+        }
 
     def _metrics(
         self, groups: RewardGroups, advantages: torch.Tensor, mask: torch.Tensor

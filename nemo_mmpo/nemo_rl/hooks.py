@@ -28,9 +28,18 @@ calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
   as above (the factory refuses ``loss_fn.name: dmpo``: this trainer never calls the penalties
   hook, grpo_sync.py:92 / :89); ``grpo_train_sync`` (:380 / :371) to know its generation engine,
   and ``validate_sync`` (:236 / :226, called at :510 and :1016) as ``validate`` above.
-- ``single_controller_utils.setup`` (main only): the factory (setup.py:784) as above, and
-  ``ClippedPGLossFn`` (:787), which refuses ``dmpo`` (the single controller never calls the
-  penalties hook).
+- ``single_controller_utils.setup`` (main only): the factory (setup.py:784) as above, building
+  the estimator with ``streaming_chunks=True``, and ``ClippedPGLossFn`` (:787), which refuses
+  ``dmpo`` (the single controller never calls the penalties hook).
+- ``single_controller`` (main only): ``reduce_advantage_pump_metrics`` (single_controller.py:1074,
+  once per step inside the ``SingleControllerActor``, after the step's chunks): also adds the
+  step's ``mmpo/`` metrics, combined over its chunks. The estimator is built on the driver and
+  pickled into the actor, whose process ``install()`` never ran: unpickling it there applies
+  this one hook in that process (:mod:`~nemo_mmpo.nemo_rl.actor_hooks`), and it reads that
+  estimator.
+- ``single_controller_utils`` (main only): ``setup_single_controller``, as
+  ``run_grpo_single_controller.py`` imports it: refused in one line on a Ray cluster without
+  GPUs (what the single controller needs there is not answered on a CPU yet).
 - ``ppo`` (``run_ppo.py``): ``ClippedPGLossFn`` (ppo.py:476 / :351) and
   ``_create_advantage_estimator`` (:1125 / :816) refuse our names: PPO's loop is not ours, and
   unhooked it would train NeMo-RL's loss under our name.
@@ -45,8 +54,11 @@ renaming ours would silently change what existing recipes train; either way one 
 mean two estimators depending on the installed NeMo-RL.
 
 Where NeMo-RL's ``MasterConfig`` lists its own estimator names as a ``Literal`` (pull request
-#3773), our names are added to it (:mod:`nemo_mmpo.nemo_rl.literal_names`), so that
-``run_grpo.py``'s ``MasterConfig(**config)`` keeps accepting ``name: mmpo``.
+#3773), our names are added to it (:mod:`nemo_mmpo.nemo_rl.literal_names`), and every
+``MasterConfig`` holding it (``grpo``'s, the single controller's, whose ``grpo`` #3773 makes
+optional beside ``ppo``) is rebuilt, so that ``run_grpo.py``'s and
+``run_grpo_single_controller.py``'s ``MasterConfig(**config)`` keep accepting ``name: mmpo``;
+where such a ``Literal`` sits where our names cannot be added, :func:`install` refuses.
 It also puts this package on ``PYTHONPATH`` for NeMo-RL's Ray workers, which unpickle our loss.
 Idempotent. The wrappers read the arguments they need by name (bound to the original's
 signature); the state they share is the estimator the factory hook built last (held weakly),
@@ -61,6 +73,7 @@ import functools
 import importlib
 import inspect
 import os
+import sys
 import textwrap
 import weakref
 from collections.abc import Callable
@@ -72,20 +85,25 @@ from nemo_mmpo.checkout import REPO_ROOT
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.actor_hooks import (
+    HOOKED_IN,
+    MARK,
+    SINGLE_CONTROLLER_ACTOR,
+    chunked_metrics_reducer,
+)
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.estimator_settings import estimator_names, is_our_estimator
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
-from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names
+from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names, unreachable_literal
 from nemo_mmpo.nemo_rl.names import DMPO_LOSS, MMPO_LOSS
 
 SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
 GRPO = "nemo_rl.algorithms.grpo"
 GRPO_SYNC = "nemo_rl.algorithms.grpo_sync"
 SINGLE_CONTROLLER = "nemo_rl.algorithms.single_controller_utils.setup"
+#: the package whose ``setup_single_controller`` ``run_grpo_single_controller.py`` imports
+SINGLE_CONTROLLER_PACKAGE = "nemo_rl.algorithms.single_controller_utils"
 PPO = "nemo_rl.algorithms.ppo"
-MARK = "_nemo_mmpo_original"
-#: the module whose name a wrapper replaces (each module gets its own wrapper)
-HOOKED_IN = "_nemo_mmpo_hooked_in"
 #: The estimator the factory hook built last (None: NeMo-RL's own): where the logging hook
 #: reads the step's metrics.
 _built_estimator: weakref.ref[MMPOAdvantageEstimator] | None = None
@@ -132,7 +150,9 @@ def _refuse(problem: Problem | None, config: Any) -> None:
 
 
 # --- the wrappers: each takes NeMo-RL's function and returns its replacement -----------------
-def _estimator_factory(original: Any, problem: Problem | None = None) -> Any:
+def _estimator_factory(
+    original: Any, problem: Problem | None = None, streaming_chunks: bool = False
+) -> Any:
     @functools.wraps(original)
     def create_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
         global _built_estimator
@@ -142,7 +162,9 @@ def _estimator_factory(original: Any, problem: Problem | None = None) -> Any:
         _built_estimator = None
         if is_our_estimator(sections.value(estimator_config, "name")):
             estimator = MMPOAdvantageEstimator(
-                estimator_config, sections.value(master_config, "loss_fn")
+                estimator_config,
+                sections.value(master_config, "loss_fn"),
+                streaming_chunks=streaming_chunks,
             )
             print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
             _built_estimator = weakref.ref(estimator)
@@ -355,6 +377,36 @@ def _sync_estimator_factory(original: Any) -> Any:
     return _estimator_factory(original, _in_master_config(_dmpo_refused(trainer)))
 
 
+def _single_controller_estimator_factory(original: Any) -> Any:
+    """The single controller's factory (setup.py:784): ours, called once per streaming chunk
+    in its actor (single_controller.py:1778), so its metrics combine over a step's chunks."""
+    return _estimator_factory(original, streaming_chunks=True)
+
+
+def _gpu_only_setup(original: Any) -> Any:
+    """``setup_single_controller`` (run_grpo_single_controller.py:138): refused in one line on a
+    Ray cluster without GPUs, where NeMo-RL's single controller cannot run (docs/integration.md:
+    ``use_gpus=True`` at setup.py:147, 184, 193; the split training API's CUDA calls; async
+    vLLM), before NeMo-RL's own ``ResourceInsufficientError``; NeMo-RL's otherwise."""
+
+    @functools.wraps(original)
+    def setup_single_controller(*args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 1:
+            raise MMPOInputError(
+                "NeMo-RL's single controller (run_grpo_single_controller.py) cannot train on "
+                "this Ray cluster, which has no GPU: it builds its clusters with use_gpus=True "
+                "(single_controller_utils/setup.py:147, 184, 193), trains through "
+                "MegatronPolicyWorker's CUDA-only split training API and generates with async "
+                "vLLM only, which nemo-mmpo's CPU rig does not answer (docs/integration.md); "
+                "train on GPUs, or use run_grpo.py (remove async_rl)"
+            )
+        return original(*args, **kwargs)
+
+    return setup_single_controller
+
+
 def _single_controller_loss_factory(original: type) -> Any:
     """The single controller's loss (setup.py:787): ours, and DMPO refused (it never calls the
     penalties hook)."""
@@ -397,8 +449,16 @@ HOOKS: dict[str, dict[str, Hook]] = {
         "validate_sync": Hook(_sync_validation, ("step", "master_config")),
     },
     SINGLE_CONTROLLER: {
-        "_create_advantage_estimator": _ESTIMATOR,
+        "_create_advantage_estimator": Hook(
+            _single_controller_estimator_factory, ("master_config",), answers_ours=True
+        ),
         "ClippedPGLossFn": Hook(_single_controller_loss_factory, ("cfg",)),
+    },
+    SINGLE_CONTROLLER_ACTOR: {
+        "reduce_advantage_pump_metrics": Hook(chunked_metrics_reducer, ()),
+    },
+    SINGLE_CONTROLLER_PACKAGE: {
+        "setup_single_controller": Hook(_gpu_only_setup, ()),
     },
     PPO: {
         "_create_advantage_estimator": Hook(_ppo_estimator_factory, ("master_config",)),
@@ -411,8 +471,9 @@ def _import(name: str, required: bool) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
-        if not required and error.name is not None and name.startswith(error.name):
-            return None  # this NeMo-RL version has no such module
+        missing = error.name or ""
+        if not required and (name.startswith(missing) or missing.startswith("nemo_rl.")):
+            return None  # this NeMo-RL version has no such module (or none it imports)
         raise _hook_error(f"importing {name} failed ({error!r})") from error
     except Exception as error:  # a broken dependency (e.g. antlr4 4.13 breaking hydra)
         raise _hook_error(
@@ -534,10 +595,12 @@ def install(loss: bool = True) -> list[str]:
             hooked then.
     """
     points = _hook_points(loss)
+    _accept_names_in_every_master_config({module for module, *_ in points})
     _reach_ray_workers()
-    for module in {module for module, *_ in points}:
-        if isinstance(getattr(module, "MasterConfig", None), type):
-            accept_our_estimator_names(module.MasterConfig)
+    return _wrap(points)
+
+
+def _wrap(points: list[tuple[Any, str, Any, Hook]]) -> list[str]:
     hooked = []
     for module, name, original, hook in points:
         if getattr(getattr(module, name), HOOKED_IN, None) != module.__name__:
@@ -547,6 +610,29 @@ def install(loss: bool = True) -> list[str]:
             setattr(module, name, wrapper)
         hooked.append(f"{module.__name__}.{name}")
     return hooked
+
+
+def _accept_names_in_every_master_config(modules: set[Any]) -> None:
+    """Our names in each ``MasterConfig`` that holds ``grpo.adv_estimator`` (``grpo``'s, and the
+    single controller's, which holds the same ``GRPOConfig``: each is rebuilt,
+    :mod:`~nemo_mmpo.nemo_rl.literal_names`); raises one error where a ``Literal`` ``name``
+    sits where our names cannot be added."""
+    masters = {
+        id(master): master
+        for module in modules
+        if isinstance(master := getattr(module, "MasterConfig", None), type)
+    }
+    config_module = sys.modules.get("nemo_rl.algorithms.single_controller_utils.config")
+    if isinstance(master := getattr(config_module, "MasterConfig", None), type):
+        masters.setdefault(id(master), master)
+    problems = []
+    for master in masters.values():
+        accept_our_estimator_names(master)
+        problem = unreachable_literal(master)
+        if problem is not None:
+            problems.append(f"{master.__module__}.{master.__qualname__}: {problem}")
+    if problems:
+        raise _hook_error("; ".join(problems))
 
 
 def is_installed() -> bool:

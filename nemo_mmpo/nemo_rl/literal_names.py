@@ -1,21 +1,30 @@
 """Our estimator names inside a NeMo-RL whose estimator config lists its own as a ``Literal``.
 
-NeMo-RL pull request #3773 (merged after our main snapshot of 2026-08-22) types the estimator
-config and narrows ``grpo.adv_estimator.name`` to a ``Literal`` of NeMo-RL's own names, so its
-``MasterConfig(**config)`` in ``run_grpo.py`` would refuse ``name: mmpo`` before our factory
-hook is ever called. :func:`accept_our_estimator_names` adds our names
-(:func:`~nemo_mmpo.nemo_rl.estimator_settings.estimator_names`) to that ``Literal`` and rebuilds
-the models that hold it (the estimator config, ``GRPOConfig``, ``MasterConfig``): every other
-name stays refused as before. :func:`~nemo_mmpo.nemo_rl.install` applies it to the imported
-NeMo-RL; the dry run to the ``MasterConfig`` it reads from the checkout's source
-(:mod:`nemo_mmpo.launch.declared_types`). Where ``name`` is a plain ``str`` (v0.7.0's
-``TypedDict``, main of 2026-08-22) nothing changes. No ``nemo_rl`` import here.
+NeMo-RL pull request #3773 (``feat(sc): support PPO in single controller``, merged after our
+main snapshot of 2026-08-22) types the estimator config (``AdvEstimatorConfig`` in
+``advantage_estimator.py``, as merged; its discussion called it ``AdvantageEstimatorConfig``) and
+narrows ``grpo.adv_estimator.name`` to a ``Literal`` of NeMo-RL's own names, so a
+``MasterConfig(**config)`` would refuse ``name: mmpo`` before our factory hook is ever called.
+It also makes the single controller's ``MasterConfig`` hold ``grpo: Optional[GRPOConfig]``
+beside a new ``ppo: Optional[PPOConfig]`` (whose estimator config, ``GAEConfig``, has a
+``Literal`` of its own: ``gae``, ``raw_reward``, where our names stay refused). So two
+``MasterConfig`` s hold the same ``GRPOConfig``: :func:`accept_our_estimator_names` adds our
+names (:func:`~nemo_mmpo.nemo_rl.estimator_settings.estimator_names`) to the ``Literal`` once and
+rebuilds, innermost first, every model of the chain that has not been rebuilt since (the
+estimator config, ``GRPOConfig``, then each ``MasterConfig`` it is called with): every other
+name stays refused as before. :func:`unreachable_literal` names a ``Literal`` ``name`` that the
+chain cannot reach (a union of several models on the way), where ``install()`` refuses.
+:func:`~nemo_mmpo.nemo_rl.install` applies both to the imported NeMo-RL; the dry run to the
+``MasterConfig`` it reads from the checkout's source (:mod:`nemo_mmpo.launch.declared_types`).
+Where ``name`` is a plain ``str`` (v0.7.0's ``TypedDict``, main of 2026-08-22) nothing changes.
+No ``nemo_rl`` import here.
 """
 
 from __future__ import annotations
 
 import types
 import typing
+import weakref
 from typing import Any, Literal
 
 from nemo_mmpo.nemo_rl.estimator_settings import estimator_names
@@ -46,10 +55,25 @@ def estimator_config_models(master_config: type) -> list[type]:
     return chain[::-1]
 
 
+#: model -> the ``Literal`` of estimator names it was last rebuilt with (by us)
+_built_with: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+
+
+def _models_in(annotation: Any) -> list[type]:
+    """Every pydantic model ``annotation`` names (itself, or the models of a union)."""
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return [annotation]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [model for argument in typing.get_args(annotation) for model in _models_in(argument)]
+    return []
+
+
 def accept_our_estimator_names(master_config: type) -> list[str]:
     """Add our names to a ``Literal`` ``grpo.adv_estimator.name`` of ``master_config`` (a
-    pydantic ``MasterConfig``); returns the models rebuilt (none when ``name`` is not a
-    ``Literal`` or already lists our names). Idempotent."""
+    pydantic ``MasterConfig``) and rebuild the models holding it that are not yet rebuilt with
+    it (also when another ``MasterConfig`` holding the same ``GRPOConfig`` added them first);
+    returns the models rebuilt (none when ``name`` is not a ``Literal`` or all are current).
+    Idempotent."""
     chain = estimator_config_models(master_config)
     if not chain or "name" not in chain[0].model_fields:
         return []
@@ -58,9 +82,37 @@ def accept_our_estimator_names(master_config: type) -> list[str]:
         return []
     allowed = typing.get_args(field.annotation)
     missing = tuple(name for name in estimator_names() if name not in allowed)
-    if not missing:
-        return []
-    field.annotation = Literal[(*allowed, *missing)]
+    if missing:
+        field.annotation = Literal[(*allowed, *missing)]
+    rebuilt = []
     for model in chain:  # innermost first: each rebuild embeds the rebuilt schema inside it
-        model.model_rebuild(force=True)
-    return [model.__qualname__ for model in chain]
+        if rebuilt or missing or _built_with.get(model) != field.annotation:
+            model.model_rebuild(force=True)
+            _built_with[model] = field.annotation
+            rebuilt.append(model.__qualname__)
+    return rebuilt
+
+
+def unreachable_literal(master_config: type) -> str | None:
+    """Why our names cannot be valid in ``master_config``: an estimator config under ``grpo``
+    whose ``name`` is a ``Literal`` without them (after :func:`accept_our_estimator_names`),
+    which only a shape it does not know leaves so; None when there is none."""
+    fields = getattr(master_config, "model_fields", None) or {}
+    if "grpo" not in fields:
+        return None
+    for grpo in _models_in(fields["grpo"].annotation):
+        estimator = grpo.model_fields.get("adv_estimator")
+        for model in _models_in(estimator.annotation) if estimator is not None else []:
+            name = model.model_fields.get("name")
+            if name is None or typing.get_origin(name.annotation) is not Literal:
+                continue
+            missing = [n for n in estimator_names() if n not in typing.get_args(name.annotation)]
+            if missing:
+                return (
+                    f"grpo.adv_estimator.name is a Literal of NeMo-RL's names "
+                    f"({', '.join(map(repr, typing.get_args(name.annotation)))}) in "
+                    f"{model.__qualname__}, which nemo-mmpo cannot reach to add "
+                    f"{', '.join(missing)} (grpo or adv_estimator is a union of several "
+                    "models): MasterConfig(**config) would refuse our estimator names"
+                )
+    return None

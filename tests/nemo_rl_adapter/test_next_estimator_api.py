@@ -25,6 +25,7 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import torch
@@ -194,3 +195,98 @@ def test_the_estimator_honours_valid_mask_as_the_trainer_passes_it():
     keep = sample_mask.bool()
     alone = estimator.compute_advantage(prompt_ids[keep], rewards[keep], torch.ones(10, 3))[:, 0]
     assert torch.equal(masked[keep], alone)
+
+
+# --- #3773 as merged: the single controller's MasterConfig holds grpo beside ppo -------------
+SC_RECIPE = """\
+defaults:
+  - {base}
+grpo:
+  async_grpo: null
+  val_period: 0
+  val_at_start: false
+  val_at_end: false
+async_rl:
+  sampler: {{name: in_order, max_lookahead_versions: 0}}
+  min_groups_for_streaming_train: 16
+  max_inflight_prompts: 16
+data_plane:
+  enabled: true
+checkpointing:
+  metric_name: null
+"""
+
+
+def grpo_beside_ppo(source: str) -> str:
+    """#3773 as merged (single_controller_utils/config.py): ``grpo`` optional beside a new
+    ``ppo`` block (``PPOConfig``, whose estimator config has a ``Literal`` of its own)."""
+    changed, count = re.subn(
+        r"^    grpo: GRPOConfig$",
+        "    grpo: Optional[GRPOConfig] = None\n    ppo: Optional[PPOConfig] = None",
+        source,
+        flags=re.MULTILINE,
+    )
+    assert count == 1
+    anchor = "from nemo_rl.algorithms.loss import ClippedPGLossConfig\n"
+    assert anchor in changed  # after its `from __future__` line
+    return changed.replace(anchor, anchor + "from nemo_rl.algorithms.ppo import PPOConfig\n")
+
+
+def single_controller_sections(tmp_path, overrides=()) -> dict:
+    """A single-controller recipe (the paper's, with ``async_rl``), as its entry point loads it."""
+    from omegaconf import OmegaConf
+
+    from nemo_mmpo.checkout import CONFIGS_DIR
+    from nemo_mmpo.recipes import load, write_run_record
+
+    config_module = import_nemo_rl("nemo_rl.utils.config")
+    recipe = tmp_path / "single_controller.yaml"
+    recipe.write_text(SC_RECIPE.format(base=CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"))
+    config_module.register_omegaconf_resolvers()
+    config = config_module.load_config(str(write_run_record(load(recipe), tmp_path)))
+    if overrides:
+        config = config_module.parse_hydra_overrides(config, list(overrides))
+    sections = OmegaConf.to_container(config, resolve=True)
+    return {key: item for key, item in sections.items() if key not in ("cpu_backend", "evaluation")}
+
+
+def test_the_single_controllers_master_config_keeps_our_names_too(next_api, tmp_path, monkeypatch):
+    """Two ``MasterConfig`` s hold the one ``GRPOConfig`` (``grpo``'s and the single
+    controller's, ``grpo`` optional there): after ``install()`` both accept ``name: mmpo``,
+    whichever was rebuilt first; NeMo-RL's names stay valid, others refused."""
+    sc_config = import_nemo_rl("nemo_rl.algorithms.single_controller_utils.config")
+    changed = load_changed(sc_config, grpo_beside_ppo, monkeypatch)
+    assert changed.MasterConfig.model_fields["ppo"].annotation is not None
+    with pytest.raises(ValidationError, match=r"grpo\.adv_estimator\.name"):
+        changed.MasterConfig(**single_controller_sections(tmp_path))
+    install()
+    read = changed.MasterConfig(**single_controller_sections(tmp_path))
+    assert read.grpo.adv_estimator.name == "mmpo" and read.ppo is None
+    assert master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml").grpo.adv_estimator.name == "mmpo"
+    for name in NEMO_RL_ESTIMATORS:
+        sections = single_controller_sections(tmp_path, [f"grpo.adv_estimator.name={name}"])
+        assert changed.MasterConfig(**sections).grpo.adv_estimator.name == name
+    with pytest.raises(ValidationError, match="'mmpo'"):
+        changed.MasterConfig(
+            **single_controller_sections(tmp_path, ["grpo.adv_estimator.name=mmpoo"])
+        )
+
+
+def test_a_literal_install_cannot_reach_is_refused_in_one_line(next_api, monkeypatch):
+    """Were the estimator config a union of several models, our names could not be added where
+    ``MasterConfig`` checks them: ``install()`` says so, in one line, before hooking."""
+    from pydantic import BaseModel
+
+    class GAEConfig(BaseModel, extra="allow"):  # #3773's value-model estimator config
+        name: Literal["gae", "raw_reward"] = "gae"
+
+    grpo_module = sys.modules["nemo_rl.algorithms.grpo"]
+    estimator = sys.modules["nemo_rl.algorithms.advantage_estimator"]
+    field = grpo_module.GRPOConfig.model_fields["adv_estimator"]
+    monkeypatch.setattr(field, "annotation", estimator.AdvEstimatorConfig | GAEConfig)
+    grpo_module.GRPOConfig.model_rebuild(force=True)
+    with pytest.raises(RuntimeError) as error:
+        install()
+    message = str(error.value)
+    assert "\n" not in message and "grpo.adv_estimator.name is a Literal" in message
+    assert "cannot reach" in message

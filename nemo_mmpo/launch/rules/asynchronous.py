@@ -1,4 +1,5 @@
-"""Rules on an asynchronous run: data enough for its batches, and a resume that cannot stall."""
+"""Rules on an asynchronous run: data enough for its batches, a resume that cannot stall, and
+what NeMo-RL's single controller cannot run."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
 from nemo_mmpo.data import BENCHMARKS
+from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.rules.registry import Findings, group_sizes, rule
 from nemo_mmpo.nemo_rl import versions
 from nemo_mmpo.nemo_rl.sections import value
@@ -84,4 +86,47 @@ def async_resume(config: dict[str, Any], findings: Findings) -> None:
             f"(evaluate the starting checkpoint with `nemo-mmpo eval`), or use a NeMo-RL with "
             f"{versions.ASYNC_RESUME_FIX}, which waits for step 1 before training step 0 "
             "(main does)"
+        )
+
+
+@rule
+def single_controller(config: dict[str, Any], findings: Findings) -> None:
+    """A single-controller recipe (:mod:`nemo_mmpo.launch.trainers`) with what its entry point
+    or setup refuses, or what it never runs, is refused, each named with the fix."""
+    if not trainers.is_single_controller(config):
+        return
+    where = trainers.SINGLE_CONTROLLER
+    if value(config, "cpu_backend.enabled", False):
+        findings.errors.append(
+            f"cpu_backend.enabled=true with async_rl: the CPU rig does not run {where} "
+            "(docs/integration.md names what it lacks on a CPU); remove async_rl, or "
+            "cpu_backend"
+        )
+    if value(config, "grpo.async_grpo") is not None:
+        findings.errors.append(
+            f"grpo.async_grpo is set: {where} refuses it (its asynchrony is async_rl's); "
+            "set grpo.async_grpo=null"
+        )
+    if not value(config, "data_plane.enabled", False):
+        findings.errors.append(
+            f"data_plane.enabled=false: {where} runs on NeMo-RL's data plane only; set "
+            "data_plane.enabled=true"
+        )
+    validation = [
+        f"grpo.{key}={value(config, f'grpo.{key}')!r}"
+        for key, off in (("val_period", 0), ("val_at_start", False), ("val_at_end", False))
+        if value(config, f"grpo.{key}", off) not in (off, None)
+    ]
+    if validation:
+        findings.errors.append(
+            f"{', '.join(validation)}: {where} refuses validation "
+            f"({trainers.VALIDATION_REFUSED_AT}); set grpo.val_period=0, val_at_start=false, "
+            "val_at_end=false, and evaluate its checkpoints with the watcher "
+            "(nemo-mmpo eval watch)"
+        )
+    if value(config, "evaluation.enabled", False) and value(config, "evaluation.in_loop", False):
+        findings.errors.append(
+            f"evaluation.in_loop=true: {where} never calls NeMo-RL's validation, where the "
+            "in-loop evaluation runs; set evaluation.in_loop=false and evaluate its "
+            "checkpoints with the watcher (nemo-mmpo eval watch)"
         )

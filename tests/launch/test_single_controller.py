@@ -1,0 +1,180 @@
+"""The entry point reaches NeMo-RL's single controller: a recipe with ``async_rl`` is checked
+against the single controller's own declarations (its ``MasterConfig`` and
+``validate_single_controller_config``, read from each snapshot's source), planned without
+validation (the watcher evaluates its checkpoints), and handed to
+``run_grpo_single_controller.py``; on v0.7.0, which has none, it is refused in one line.
+Runs against both snapshots in one process, without ``nemo_rl``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import runpy
+from unittest import mock
+
+import pytest
+from snapshots import CONFIGS, snapshot_archives, unpack
+
+from nemo_mmpo.errors import handle
+from nemo_mmpo.launch import train, trainers
+
+ARCHIVES = {
+    path.name.removeprefix("nemo-rl-").removesuffix(".tar.gz"): path for path in snapshot_archives()
+}
+RECIPE = "mmpo_single_controller_test.yaml"
+#: the paper's recipe as a single-controller run (NeMo-RL's own single-controller recipe,
+#: grpo_math_1B_megatron_single_controller.yaml, sets the same)
+SINGLE_CONTROLLER_RECIPE = f"""\
+defaults:
+  - {CONFIGS / "mmpo_math_qwen3_1.7b.yaml"}
+
+grpo:
+  async_grpo: null
+  val_period: 0
+  val_at_start: false
+  val_at_end: false
+
+async_rl:
+  sampler:
+    name: in_order
+    max_lookahead_versions: 0
+  min_groups_for_streaming_train: 16
+  max_inflight_prompts: 16
+
+data_plane:
+  enabled: true
+
+checkpointing:
+  metric_name: null
+
+policy:
+  generation:
+    vllm_cfg:
+      async_engine: true
+"""
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    """The single-controller recipe, outside the shared ``examples/configs`` (its base named
+    by absolute path)."""
+    path = tmp_path_factory.mktemp("recipes") / RECIPE
+    path.write_text(SINGLE_CONTROLLER_RECIPE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkouts(tmp_path_factory):
+    if not ARCHIVES:
+        pytest.skip("no NeMo-RL snapshots (NEMO_RL_SNAPSHOTS, default ../shared/nemo-rl)")
+    return {ref: unpack(path, tmp_path_factory.mktemp(ref)) for ref, path in ARCHIVES.items()}
+
+
+def has_single_controller(checkout) -> bool:
+    return (checkout.root / trainers.SINGLE_CONTROLLER_SCRIPT).is_file()
+
+
+def dry_run(checkout, recipe, *overrides):
+    out, err = io.StringIO(), io.StringIO()
+    arguments = ["--config", str(recipe), "--dry-run", *overrides]
+    with (
+        mock.patch.dict(os.environ, NEMO_RL_PATH=str(checkout.root)),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        status = handle(train.main, arguments, "nemo-mmpo train")
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("ref", sorted(ARCHIVES))
+def test_a_single_controller_recipe_is_checked_and_planned_for_it(checkouts, recipe, ref):
+    checkout = checkouts[ref]
+    status, out, err = dry_run(checkout, recipe)
+    if not has_single_controller(checkout):  # v0.7.0
+        assert status == 2 and len(err.strip().splitlines()) == 1, err
+        assert "run_grpo_single_controller.py" in err and "NEMO_RL_PATH" in err
+        return
+    assert status == 0, err
+    assert "asynchronous GRPO in NeMo-RL's single controller" in out
+    assert (
+        "validation: none in the run (NeMo-RL's single controller "
+        "(run_grpo_single_controller.py) refuses it, single_controller_utils/setup.py:533-537); "
+        "the watcher (nemo-mmpo eval watch) evaluates its checkpoints" in out
+    )
+    assert "advantage: nemo-mmpo" in out
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        # the single controller's MasterConfig (async_rl is declared only there)
+        (["async_rl.sampler.name=bogus"], ["async_rl.sampler", "single controller MasterConfig"]),
+        # its validate_single_controller_config, read from the source
+        (
+            ["async_rl.min_groups_for_streaming_train=32"],
+            ["must be >= async_rl.min_groups_for_streaming_train (32)"],
+        ),
+        (["policy.train_global_batch_size=64"], ["must equal policy.train_global_batch_size (64)"]),
+        (["checkpointing.metric_name=val:accuracy"], ["'train:<name>'"]),
+        # what its entry point and setup refuse, and what it never runs
+        (["grpo.val_period=10"], ["grpo.val_period=10", "refuses validation", "watcher"]),
+        (["data_plane.enabled=false"], ["data_plane.enabled=false"]),
+        (["evaluation.in_loop=true"], ["evaluation.in_loop=true", "watcher"]),
+    ],
+)
+def test_what_the_single_controller_refuses_is_refused_by_the_dry_run(
+    checkouts, recipe, overrides, fragments
+):
+    checkout = next((c for c in checkouts.values() if has_single_controller(c)), None)
+    if checkout is None:
+        pytest.skip("no snapshot with the single controller (NeMo-RL main)")
+    status, _, err = dry_run(checkout, recipe, *overrides)
+    assert status == 2, err
+    for fragment in fragments:
+        assert fragment in err
+
+
+@pytest.mark.parametrize("ref", sorted(ARCHIVES))
+def test_the_entry_point_hands_each_recipe_to_its_script(
+    checkouts, recipe, ref, tmp_path, monkeypatch
+):
+    """``nemo-mmpo train`` after the checks: ``install()``, then NeMo-RL's script for the
+    recipe (the call to it recorded here, not run)."""
+    checkout = checkouts[ref]
+    data = tmp_path / "inputs"  # not "data": its benchmarks would be looked for beside it
+    data.mkdir()
+    for name in ("train.jsonl", "validation.jsonl"):
+        (data / name).write_text('{"problem": "1+1", "expected_answer": "2"}\n')
+    overrides = [
+        f"data.train.data_path={data / 'train.jsonl'}",
+        f"data.validation.data_path={data / 'validation.jsonl'}",
+        f"checkpointing.checkpoint_dir={tmp_path / 'run'}",
+    ]
+    ran = []
+    monkeypatch.setattr(train, "install", lambda: ["hooked"])
+    monkeypatch.setattr(runpy, "run_path", lambda path, run_name: ran.append(path))
+    monkeypatch.setenv("NEMO_RL_PATH", str(checkout.root))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", list(__import__("sys").argv))
+    for path, script in (
+        (CONFIGS / "mmpo_math_qwen3_1.7b.yaml", trainers.GRPO_SCRIPT),
+        (recipe, trainers.SINGLE_CONTROLLER_SCRIPT),
+    ):
+        arguments = ["--config", str(path), *overrides]
+        if script == trainers.SINGLE_CONTROLLER_SCRIPT and not has_single_controller(checkout):
+            assert handle(train.main, arguments, "nemo-mmpo train") == 2
+            continue
+        ran.clear()
+        assert train.main(arguments) == 0
+        assert ran == [str(checkout.root / script)]
+
+
+def test_a_recipe_without_async_rl_goes_to_run_grpo(tmp_path):
+    (tmp_path / trainers.SINGLE_CONTROLLER_SCRIPT).parent.mkdir(parents=True)
+    (tmp_path / trainers.SINGLE_CONTROLLER_SCRIPT).write_text("")
+    grpo = {"grpo": {"async_grpo": {"enabled": True}}, "data_plane": {"enabled": True}}
+    assert trainers.driver_script(grpo, tmp_path) == tmp_path / trainers.GRPO_SCRIPT
+    assert trainers.driver_script({**grpo, "async_rl": {}}, tmp_path) == (
+        tmp_path / trainers.SINGLE_CONTROLLER_SCRIPT
+    )
