@@ -7,9 +7,10 @@ What holds by construction: every step is on-policy (vLLM samples from the weigh
 export, both float32, so NeMo-RL's ``token_mult_prob_error`` is 1 and ``gen_kl_error`` 0 up to
 float32 rounding; a wrong name, shard or refit would put them far off); a run killed with
 SIGKILL resumes from the workers' own Megatron checkpoint (``torch_dist``) at the saved step
-and runs every later step once (main, six steps with DMPO's loss); the terminal shows our lines
-only. What is measured over seeds: the learning check (``tests/learning_check.py``'s margin) on
-the release snapshot, 50 steps without a break.
+and runs every later step once (on main, ``grpo_train_sync``'s test, ``test_tiny_run_sync.py``;
+here main trains four steps with DMPO's loss); the terminal shows our lines only. What is
+measured over seeds: the learning check (``tests/learning_check.py``'s margin) on the release
+snapshot, 50 steps without a break.
 """
 
 from __future__ import annotations
@@ -25,12 +26,7 @@ from pathlib import Path
 import in_loop_evaluation
 import pytest
 from in_loop_evaluation import HELD_OUT_PROBLEMS
-from killed_runs import (
-    check_on_policy,
-    check_resumed,
-    check_terminal_shows_our_lines_only,
-    run_until_step_then_kill,
-)
+from killed_runs import check_on_policy
 from learning_check import check_gain, fifty_step_overrides
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
 
@@ -40,6 +36,7 @@ import_nemo_rl("megatron.core")
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.cpu.rig import driver
+from nemo_mmpo.cpu.spread.curves import reward_curve
 from nemo_mmpo.recipes import load
 
 RECIPE = "mmpo_tiny_cpu_megatron.yaml"
@@ -69,32 +66,13 @@ def report(request, line: str) -> None:
         sys.stdout.write(f"\n{line}\n")
 
 
-def kill_and_resume(recipe_overrides: list[str], tmp_path, steps: int) -> tuple[list, dict, int]:
-    """The recipe, a checkpoint every 2 steps, killed with SIGKILL once step 3 is printed (after
-    step 2's checkpoint), then resumed to ``steps`` with ``recipe_overrides`` alone (its save
-    period, and NeMo-RL's checkpoint of the last step: CI time, a ``torch_dist`` save a step
-    spared): ``(printed lines of the resumed run, its summary, the step it resumed from)``."""
-    killed = run_until_step_then_kill(
-        RECIPE, [*recipe_overrides, "checkpointing.save_period=2"], tmp_path, steps, kill_after=3
-    )
-    assert f"step    2/{steps}" in killed
-    assert (tmp_path / "checkpoints" / "step_2" / "policy" / "weights").is_dir()
-    check_terminal_shows_our_lines_only(killed, tmp_path / "logs", printed_steps=3)
-    console = Console()
-    config = load(CONFIGS_DIR / RECIPE, recipe_overrides).config
-    summary = driver.run(config, console=console)
-    start = check_resumed(console.lines, summary, steps)
-    check_on_policy(tmp_path / "logs", start + 1, steps)
-    return console.lines, summary, start
-
-
 @pytest.mark.one_snapshot
 def test_megatron_recipe_is_on_policy_and_learns(request, tmp_path, tiny_warm_starts):
-    """Fifty steps without a break (the kill and resume: the other snapshot's test below, whose
-    NeMo-RL restores the optimizer's state from the workers' checkpoint; v0.7.0 starts a fresh
-    Adam with megatron-core 0.19.2, docs/cpu-answers.md). Also the checkpoint path a GPU user
-    meets: the watcher converts the step-50 Megatron checkpoint and evaluates it with vLLM (see
-    :func:`check_watcher_equals_in_loop`)."""
+    """Fifty steps without a break (the kill and resume of the workers' checkpoint: on main,
+    whose NeMo-RL restores the optimizer's state from it, ``test_tiny_run_sync.py``; v0.7.0
+    starts a fresh Adam with megatron-core 0.19.2, docs/cpu-answers.md). Also the checkpoint
+    path a GPU user meets: the watcher converts the step-50 Megatron checkpoint and evaluates
+    it with vLLM (see :func:`check_watcher_equals_in_loop`)."""
     overrides = [
         *fifty_step_overrides(tmp_path, tiny_warm_starts),
         *IN_LOOP_AT_50,
@@ -182,21 +160,27 @@ def samples_of(rollouts: Path) -> dict[tuple[str, int], tuple[str, bool]]:
 
 
 @pytest.mark.main_snapshot
-def test_megatron_recipe_with_dmpo_is_on_policy_and_resumes_after_kill_9(
-    request, tmp_path, tiny_warm_starts
-):
-    """Six steps with DMPO's loss on the snapshot the 50-step test does not run on (main,
-    whose NeMo-RL restores the optimizer's state from the workers' checkpoint)."""
-    steps = 6
+def test_megatron_recipe_trains_dmpo_on_policy(request, tmp_path, tiny_warm_starts):
+    """Four steps with DMPO's loss on the snapshot the 50-step test does not run on (main):
+    NeMo-RL's worker trains DMPO's penalty terms, which ``install()``'s hook attaches to
+    ``grpo_train``'s batch (their ``dmpo/`` metrics logged at every step), on-policy. The kill
+    and resume from the workers' Megatron checkpoint on main is ``grpo_train_sync``'s test
+    (``test_tiny_run_sync.py``: the same worker, checkpoint and resume path; CI time)."""
+    steps = 4
     overrides = [
         *fifty_step_overrides(tmp_path, tiny_warm_starts),
         f"grpo.max_num_steps={steps}",
         *DMPO,
     ]
-    _, _, start = kill_and_resume(overrides, tmp_path, steps)
+    console = Console()
+    driver.run(load(CONFIGS_DIR / RECIPE, overrides).config, console=console)
+    progress = [line.split()[1] for line in console.lines if line.startswith("step ")]
+    assert progress == [f"{step}/{steps}" for step in range(1, steps + 1)]
+    check_on_policy(tmp_path / "logs", 1, steps)
+    penalised = {step for step, _ in reward_curve(tmp_path / "logs", "train/dmpo/penalty")}
+    assert penalised == set(range(1, steps + 1))
     report(
         request,
         f"megatron-worker {nemo_rl_checkout().name}: NeMo-RL's MegatronPolicyWorker (TP2) trained "
-        f"{RECIPE} with dmpo for {steps} steps, killed and resumed from its Megatron checkpoint "
-        f"of step {start}, on-policy at every step",
+        f"{RECIPE} with dmpo for {steps} steps (dmpo/ metrics at every step), on-policy",
     )

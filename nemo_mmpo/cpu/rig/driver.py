@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from nemo_mmpo.cpu.engines.ray_cluster import collector_on_this_interpreter, ray_session
+from nemo_mmpo.cpu.rig import data_plane
 from nemo_mmpo.cpu.rig.console import ProgressLogger, output_to_file
 from nemo_mmpo.cpu.rig.model import char_tokenizer
 from nemo_mmpo.cpu.rig.node_watch import watch_nodes
@@ -236,8 +237,9 @@ def _named_model(raw_config: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
-    """Train with NeMo-RL's ``grpo_train`` (``async_grpo_train`` when ``grpo.async_grpo.enabled``)
-    on CPU; returns where things were written.
+    """Train with NeMo-RL's ``grpo_train`` (``async_grpo_train`` when ``grpo.async_grpo.enabled``,
+    ``grpo_train_sync`` with its ``TQPolicy`` when ``data_plane.enabled``:
+    :mod:`nemo_mmpo.cpu.rig.data_plane`) on CPU; returns where things were written.
 
     Args:
         raw_config: the resolved recipe (NeMo-RL's ``MasterConfig`` plus ``cpu_backend``).
@@ -298,6 +300,9 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     random.seed(settings.seed)
     torch.manual_seed(settings.seed)
     asynchronous = bool((grpo_config.get("async_grpo") or {}).get("enabled"))
+    problem = data_plane.data_plane_problem(master, settings.policy, asynchronous)
+    if problem:
+        raise MMPOInputError(problem)
     dataloader = _dataloader(records, grpo_config, settings.seed, asynchronous)
     if last is not None:  # resume as NeMo-RL's setup() does, with its own helper
         load_dataloader_state(dataloader, last, master["data"])
@@ -305,8 +310,10 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
             _warn_if_async_resume_can_stall(grpo, note)
     save_state = _save_state(grpo, loaded_info)
     hook = vllm_shims.SETUP_HOOK if settings.engine == "vllm" else None
+    synchronous_data_plane = data_plane.data_plane_section(master) is not None
+    ray_cpus = settings.ray_cpus() + (data_plane.DATA_PLANE_CPUS if synchronous_data_plane else 0)
     with (
-        ray_session(megatron_shims.SETUP_HOOK if megatron else hook, settings.ray_cpus()),
+        ray_session(megatron_shims.SETUP_HOOK if megatron else hook, ray_cpus),
         cpu_policy(model, tokenizer, settings, master, len(records)) as policy,
         cpu_engines(policy, settings, master) as (generation, environment),
     ):
@@ -330,6 +337,8 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
         if asynchronous:
             resumed = last is not None
             _train_async(grpo, dataloader, arguments, raw_config, master, settings, resumed)
+        elif synchronous_data_plane:  # NeMo-RL's run_grpo.py with data_plane.enabled: true
+            data_plane.train_sync(arguments, dataloader)
         else:
             grpo.grpo_train(wrapped_dataloader=dataloader, **arguments)
     latest = checkpointer.get_latest_checkpoint_path()
@@ -424,9 +433,15 @@ def cpu_policy(
             train_size,
             start_folder,
         )
-        policy = megatron_policy.start_megatron_policy(
-            config, tokenizer, settings.megatron_ranks, weights_path, optimizer_path
-        )
+        dp_cfg = data_plane.data_plane_section(master)
+        if dp_cfg is not None:  # run_grpo.py's TQPolicy (data_plane.enabled: true)
+            policy = data_plane.start_tq_megatron_policy(
+                config, tokenizer, settings.megatron_ranks, dp_cfg, weights_path, optimizer_path
+            )
+        else:
+            policy = megatron_policy.start_megatron_policy(
+                config, tokenizer, settings.megatron_ranks, weights_path, optimizer_path
+            )
         policy.start_folder = start_folder
         stop = megatron_policy.shutdown_megatron_policy
     else:
