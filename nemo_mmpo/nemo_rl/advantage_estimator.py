@@ -20,10 +20,11 @@ NeMo-RL main's single controller builds the estimator on the driver, pickles it 
 ``SingleControllerActor`` and calls it once per streaming chunk of a step (complete prompt
 groups each; single_controller.py:1778); it reads no estimator metrics. There the estimator is
 built with ``streaming_chunks=True`` (the factory hook of ``single_controller_utils.setup``):
-each chunk's metrics are kept with their weights, and :meth:`take_step_metrics` combines them
+each chunk's metrics are kept with their weights, and
+:meth:`MMPOAdvantageEstimator.take_step_metrics` combines them
 into the step's (:func:`combine_chunk_metrics`: the same values as one call on the whole step's
 batch). Unpickled in the actor's process, it hooks that process's step-metric reduction
-(:mod:`nemo_mmpo.nemo_rl.actor_hooks`), which takes them once per step.
+(``nemo_mmpo.nemo_rl.actor_hooks``), which takes them once per step.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ class MMPOAdvantageEstimator:
     def __init__(
         self, estimator_config: Any, loss_config: Any = None, streaming_chunks: bool = False
     ) -> None:
-        #: called once per streaming chunk of a step (the single controller): the step's
-        #: metrics combine every chunk's until :meth:`take_step_metrics`
+        #: whether it is called once per streaming chunk of a step (the single controller),
+        #: the step's metrics then combining every chunk's until :meth:`take_step_metrics`
         self.streaming_chunks = streaming_chunks
         self._chunks: list[tuple[dict[str, float], dict[str, float]]] = []
         self.settings = read_estimator_settings(estimator_config)
