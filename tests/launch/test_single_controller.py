@@ -14,7 +14,7 @@ import runpy
 from unittest import mock
 
 import pytest
-from snapshots import CONFIGS, snapshot_archives, unpack
+from snapshots import snapshot_archives, unpack
 
 from nemo_mmpo.errors import handle
 from nemo_mmpo.launch import train, trainers
@@ -25,9 +25,9 @@ ARCHIVES = {
 RECIPE = "mmpo_single_controller_test.yaml"
 #: the paper's recipe as a single-controller run (NeMo-RL's own single-controller recipe,
 #: grpo_math_1B_megatron_single_controller.yaml, sets the same)
-SINGLE_CONTROLLER_RECIPE = f"""\
+SINGLE_CONTROLLER_RECIPE = """\
 defaults:
-  - {CONFIGS / "mmpo_math_qwen3_1.7b.yaml"}
+  - {base}
 
 grpo:
   async_grpo: null
@@ -56,19 +56,24 @@ policy:
 
 
 @pytest.fixture(scope="module")
-def recipe(tmp_path_factory):
-    """The single-controller recipe, outside the shared ``examples/configs`` (its base named
-    by absolute path)."""
-    path = tmp_path_factory.mktemp("recipes") / RECIPE
-    path.write_text(SINGLE_CONTROLLER_RECIPE)
-    return path
-
-
-@pytest.fixture(scope="module")
 def checkouts(tmp_path_factory):
     if not ARCHIVES:
         pytest.skip("no NeMo-RL snapshots (NEMO_RL_SNAPSHOTS, default ../shared/nemo-rl)")
     return {ref: unpack(path, tmp_path_factory.mktemp(ref)) for ref, path in ARCHIVES.items()}
+
+
+@pytest.fixture(scope="module")
+def recipes(checkouts, tmp_path_factory):
+    """For each snapshot, the single-controller recipe outside the shared ``examples/configs``,
+    its base named by absolute path: the paper's recipe as that snapshot's checkout inherits it
+    (:func:`snapshots.unpack`), so NeMo-RL main's single controller reads main's bases."""
+    made = {}
+    for ref, checkout in checkouts.items():
+        path = tmp_path_factory.mktemp(f"recipes-{ref}") / RECIPE
+        base = checkout.recipe("mmpo_math_qwen3_1.7b.yaml")
+        path.write_text(SINGLE_CONTROLLER_RECIPE.format(base=base))
+        made[ref] = path
+    return made
 
 
 def has_single_controller(checkout) -> bool:
@@ -88,9 +93,9 @@ def dry_run(checkout, recipe, *overrides):
 
 
 @pytest.mark.parametrize("ref", sorted(ARCHIVES))
-def test_a_single_controller_recipe_is_checked_and_planned_for_it(checkouts, recipe, ref):
+def test_a_single_controller_recipe_is_checked_and_planned_for_it(checkouts, recipes, ref):
     checkout = checkouts[ref]
-    status, out, err = dry_run(checkout, recipe)
+    status, out, err = dry_run(checkout, recipes[ref])
     if not has_single_controller(checkout):  # v0.7.0
         assert status == 2 and len(err.strip().splitlines()) == 1, err
         assert "run_grpo_single_controller.py" in err and "NEMO_RL_PATH" in err
@@ -124,12 +129,12 @@ def test_a_single_controller_recipe_is_checked_and_planned_for_it(checkouts, rec
     ],
 )
 def test_what_the_single_controller_refuses_is_refused_by_the_dry_run(
-    checkouts, recipe, overrides, fragments
+    checkouts, recipes, overrides, fragments
 ):
     checkout = next((c for c in checkouts.values() if has_single_controller(c)), None)
     if checkout is None:
         pytest.skip("no snapshot with the single controller (NeMo-RL main)")
-    status, _, err = dry_run(checkout, recipe, *overrides)
+    status, _, err = dry_run(checkout, recipes[checkout.ref], *overrides)
     assert status == 2, err
     for fragment in fragments:
         assert fragment in err
@@ -137,7 +142,7 @@ def test_what_the_single_controller_refuses_is_refused_by_the_dry_run(
 
 @pytest.mark.parametrize("ref", sorted(ARCHIVES))
 def test_the_entry_point_hands_each_recipe_to_its_script(
-    checkouts, recipe, ref, tmp_path, monkeypatch
+    checkouts, recipes, ref, tmp_path, monkeypatch
 ):
     """``nemo-mmpo train`` after the checks: ``install()``, then NeMo-RL's script for the
     recipe (the call to it recorded here, not run)."""
@@ -158,8 +163,8 @@ def test_the_entry_point_hands_each_recipe_to_its_script(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", list(__import__("sys").argv))
     for path, script in (
-        (CONFIGS / "mmpo_math_qwen3_1.7b.yaml", trainers.GRPO_SCRIPT),
-        (recipe, trainers.SINGLE_CONTROLLER_SCRIPT),
+        (checkout.recipe("mmpo_math_qwen3_1.7b.yaml"), trainers.GRPO_SCRIPT),
+        (recipes[ref], trainers.SINGLE_CONTROLLER_SCRIPT),
     ):
         arguments = ["--config", str(path), *overrides]
         if script == trainers.SINGLE_CONTROLLER_SCRIPT and not has_single_controller(checkout):
