@@ -236,14 +236,14 @@ def single_controller_sections(tmp_path, overrides=()) -> dict:
     """A single-controller recipe (the paper's, with ``async_rl``), as its entry point loads it."""
     from omegaconf import OmegaConf
 
-    from nemo_mmpo.checkout import CONFIGS_DIR
-    from nemo_mmpo.recipes import load, write_run_record
+    from nemo_mmpo.checkout import CONFIGS_DIR, find_nemo_rl_root, link_nemo_rl_configs
 
     config_module = import_nemo_rl("nemo_rl.utils.config")
+    link_nemo_rl_configs(find_nemo_rl_root())  # the paper recipe's nemo_rl/ bases: this checkout's
     recipe = tmp_path / "single_controller.yaml"
     recipe.write_text(SC_RECIPE.format(base=CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"))
     config_module.register_omegaconf_resolvers()
-    config = config_module.load_config(str(write_run_record(load(recipe), tmp_path)))
+    config = config_module.load_config(str(recipe))
     if overrides:
         config = config_module.parse_hydra_overrides(config, list(overrides))
     sections = OmegaConf.to_container(config, resolve=True)
