@@ -2,7 +2,8 @@
 # The GPU check (issue 38, item 7): on one H100/H200 with Python 3.12, torch 2.11 + CUDA 13
 # and no internet, in at most ~7 minutes:
 #   (a) the CUDA tests that exist (pytest -k cuda: tests/test_estimators.py::test_cuda_matches_cpu,
-#       tests/test_dmpo.py::test_cuda_batch_terms_and_penalty_term_match_cpu);
+#       tests/test_dmpo.py::test_cuda_batch_terms_and_penalty_term_match_cpu, and
+#       tests/test_cpu_answers_on_gpu.py: every CPU answer refuses a process that sees CUDA);
 #   (b) benchmarks/gpu_bench.py: our estimators, DMPO's batch terms and the mmpo and dmpo losses
 #       against NeMo-RL's GRPO estimator and ClippedPGLossFn on the GPU, as ratios to those
 #       measured in the same run;
@@ -46,6 +47,7 @@ export PYTHONPATH=$SITE:$NEMO_RL_PATH:$PWD
 
 stage "(a) CUDA tests"
 timeout 180 "$PYTHON" -m pytest -q -p no:cacheprovider -rA -k cuda tests/test_estimators.py tests/test_dmpo.py \
+    tests/test_cpu_answers_on_gpu.py \
     2>&1 | tee "$OUT/gpu_tests.txt"
 status=$?
 # it must have run (not skipped): a machine whose torch sees no GPU fails this part

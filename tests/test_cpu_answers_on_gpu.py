@@ -42,6 +42,17 @@ def test_every_answer_refuses_a_process_that_sees_cuda(monkeypatch, finders, ins
     assert finders == before
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("installer", INSTALLERS, ids=list(INSTALLERS))
+def test_on_a_real_cuda_device_every_answer_refuses(monkeypatch, finders, installer):
+    """The same refusal where the CUDA device is real (the GPU check runs ``-k cuda``)."""
+    monkeypatch.delenv(CPU_ANSWERS_ENV, raising=False)
+    before = list(finders)
+    with pytest.raises(RuntimeError, match="sees a CUDA device: nothing was installed"):
+        INSTALLERS[installer]()
+    assert finders == before
+
+
 def test_the_rig_asks_explicitly_and_a_cpu_needs_no_asking(monkeypatch, finders):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv(CPU_ANSWERS_ENV, "1")
