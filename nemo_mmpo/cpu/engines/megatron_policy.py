@@ -75,10 +75,16 @@ def start_megatron_policy(
     workers: int,
     weights_path: str | None = None,
     optimizer_path: str | None = None,
+    policy_class: type | None = None,
+    **policy_kwargs: Any,
 ) -> Any:
     """NeMo-RL's ``Policy`` on ``workers`` CPU bundles (a ``RayVirtualCluster`` without GPUs),
     from ``weights_path`` / ``optimizer_path`` when resuming (the worker's own Megatron
-    checkpoint). The reference model is not built (the recipes have no KL term)."""
+    checkpoint). The reference model is not built (the recipes have no KL term).
+    ``policy_class`` (default NeMo-RL's ``Policy``) and ``policy_kwargs`` start a subclass the
+    same way (``grpo_train_sync``'s ``TQPolicy`` and its ``dp_cfg``:
+    :func:`nemo_mmpo.cpu.rig.data_plane.start_tq_megatron_policy`). The cluster is shut down
+    if the policy fails to start."""
     os.environ.setdefault(CUDA_ARCHITECTURES, "cpu")
     cluster = RayVirtualCluster(
         bundle_ct_per_node_list=[workers],
@@ -87,15 +93,20 @@ def start_megatron_policy(
         max_colocated_worker_groups=1,
         name="megatron_policy_cluster",
     )
-    policy = Policy(
-        cluster=cluster,
-        config=config,
-        tokenizer=tokenizer,
-        weights_path=weights_path,
-        optimizer_path=optimizer_path,
-        init_optimizer=True,
-        init_reference_model=False,
-    )
+    try:
+        policy = (policy_class or Policy)(
+            cluster=cluster,
+            config=config,
+            tokenizer=tokenizer,
+            weights_path=weights_path,
+            optimizer_path=optimizer_path,
+            init_optimizer=True,
+            init_reference_model=False,
+            **policy_kwargs,
+        )
+    except BaseException:
+        cluster.shutdown()
+        raise
     policy.tokenizer = tokenizer  # read by the vLLM engine's setup (cpu_vllm_generation)
     policy.cluster = cluster  # shut down with it
     return policy

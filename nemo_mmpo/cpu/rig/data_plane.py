@@ -14,7 +14,6 @@ other NeMo-RL actors). The CPU answers TransferQueue's adapter needs are in
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -63,42 +62,25 @@ def start_tq_megatron_policy(
     weights_path: str | None = None,
     optimizer_path: str | None = None,
 ) -> Any:
-    """NeMo-RL's ``TQPolicy`` (``run_grpo.py:137-146``) on ``workers`` CPU bundles, as
+    """NeMo-RL's ``TQPolicy`` (``run_grpo.py:137-146``) on ``workers`` CPU bundles, started as
     :func:`~nemo_mmpo.cpu.engines.megatron_policy.start_megatron_policy` starts its ``Policy``:
     the same workers, plus TransferQueue's controller and storage bootstrapped on this driver
     and every worker attached to it (``tq_policy.py``, ``setup_data_plane``)."""
-    from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
     from nemo_rl.models.policy.tq_policy import TQPolicy
 
     from nemo_mmpo.cpu.answers import transfer_queue
-    from nemo_mmpo.cpu.engines.megatron_policy import CUDA_ARCHITECTURES
+    from nemo_mmpo.cpu.engines.megatron_policy import start_megatron_policy
 
     transfer_queue.install()
-    os.environ.setdefault(CUDA_ARCHITECTURES, "cpu")
-    cluster = RayVirtualCluster(
-        bundle_ct_per_node_list=[workers],
-        use_gpus=False,
-        num_gpus_per_node=workers,
-        max_colocated_worker_groups=1,
-        name="megatron_policy_cluster",
+    return start_megatron_policy(
+        config,
+        tokenizer,
+        workers,
+        weights_path,
+        optimizer_path,
+        policy_class=TQPolicy,
+        dp_cfg=dp_cfg,
     )
-    try:
-        policy = TQPolicy(
-            cluster=cluster,
-            config=config,
-            tokenizer=tokenizer,
-            weights_path=weights_path,
-            optimizer_path=optimizer_path,
-            init_optimizer=True,
-            init_reference_model=False,
-            dp_cfg=dp_cfg,
-        )
-    except BaseException:
-        cluster.shutdown()
-        raise
-    policy.tokenizer = tokenizer  # read by the vLLM engine's setup (cpu_vllm_generation)
-    policy.cluster = cluster  # shut down with it
-    return policy
 
 
 @contextmanager
