@@ -10,8 +10,8 @@ import shutil
 import pytest
 from nemo_rl_support import import_nemo_rl
 
-# CI time: beside main's session, which trains grpo_train_sync (the study runs on v0.7.0)
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
+# CI time: on main, beside v0.7.0's session, which trains the Megatron recipe's 50 steps
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.eval.report import load_runs, write_report

@@ -8,9 +8,9 @@ export, both float32, so NeMo-RL's ``token_mult_prob_error`` is 1 and ``gen_kl_e
 float32 rounding; a wrong name, shard or refit would put them far off); a run killed with
 SIGKILL resumes from the workers' own Megatron checkpoint (``torch_dist``) at the saved step
 and runs every later step once (on main, ``grpo_train_sync``'s test, ``test_tiny_run_sync.py``;
-here main trains four steps with DMPO's loss); the terminal shows our lines only. What is
-measured over seeds: the learning check (``tests/learning_check.py``'s margin) on the release
-snapshot, 50 steps without a break.
+here, on request, main trains four steps with DMPO's loss); the terminal shows our lines only.
+What is measured over seeds: the learning check (``tests/learning_check.py``'s margin) on the
+release snapshot, 50 steps without a break.
 """
 
 from __future__ import annotations
@@ -159,13 +159,18 @@ def samples_of(rollouts: Path) -> dict[tuple[str, int], tuple[str, bool]]:
     return found
 
 
+# CI time (on request, NEMO_MMPO_BEYOND_CI=1): in CI, DMPO's loss and batch terms go through
+# NeMo-RL's Policy and MegatronPolicyWorker in every layout (test_megatron_layouts.py, both
+# snapshots), grpo_train attaches the terms and logs dmpo/ (test_trainer_loop.py), and main's
+# Megatron worker with vLLM and Ray is trained by grpo_train_sync's test (test_tiny_run_sync.py)
 @pytest.mark.main_snapshot
+@pytest.mark.beyond_ci
 def test_megatron_recipe_trains_dmpo_on_policy(request, tmp_path, tiny_warm_starts):
     """Four steps with DMPO's loss on the snapshot the 50-step test does not run on (main):
     NeMo-RL's worker trains DMPO's penalty terms, which ``install()``'s hook attaches to
     ``grpo_train``'s batch (their ``dmpo/`` metrics logged at every step), on-policy. The kill
     and resume from the workers' Megatron checkpoint on main is ``grpo_train_sync``'s test
-    (``test_tiny_run_sync.py``: the same worker, checkpoint and resume path; CI time)."""
+    (``test_tiny_run_sync.py``: the same worker, checkpoint and resume path)."""
     steps = 4
     overrides = [
         *fifty_step_overrides(tmp_path, tiny_warm_starts),

@@ -93,6 +93,13 @@ def test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9(
     )
     assert f"step    2/{STEPS}" in killed
     assert (tmp_path / "checkpoints" / "step_2" / "policy" / "weights").is_dir()
+    # NeMo-RL main's resume finds Adam's state in the workers' own checkpoint (v0.7.0 does
+    # not: docs/cpu-answers.md); the resumed run below is started from these paths
+    checkpoint = import_nemo_rl("nemo_rl.utils.checkpoint")
+    weights, optimizer = checkpoint.CheckpointManager.get_resume_paths(
+        tmp_path / "checkpoints" / "step_2"
+    )
+    assert weights is not None and optimizer is not None, "a fresh Adam on resume"
     check_terminal_shows_our_lines_only(killed, tmp_path / "logs", printed_steps=3)
     check_evaluated(tmp_path / "logs", 2)
 
@@ -130,5 +137,6 @@ def test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9(
         f"TQPolicy over MegatronPolicyWorker TP2) trained {RECIPE} with mmpo for {STEPS} steps, "
         f"mmpo/ metrics logged at steps {sorted(trained)}, the paper's evaluation in the loop "
         f"(validate_sync) at steps 2 and {STEPS}, killed with SIGKILL and resumed from its "
-        f"Megatron checkpoint of step {start}, on-policy at every step",
+        f"Megatron checkpoint of step {start} (Adam's state found there by NeMo-RL's "
+        "get_resume_paths), on-policy at every step",
     )
