@@ -12,8 +12,9 @@ stops after the plan; ``--print-config`` also prints the resolved config NeMo-RL
 with. See :mod:`nemo_mmpo.launch.train`.
 
 Started by ``uv run`` from this repository, the script gets a bare environment; it re-executes
-itself inside NeMo-RL's (``$NEMO_RL_PATH`` or the container's ``/opt/nemo-rl``) when it needs
-to train, and says what is missing when it cannot even check.
+itself inside NeMo-RL's (``$NEMO_RL_PATH`` or the container's ``/opt/nemo-rl``) to train, and to
+check (``--dry-run``) when ``uv run`` started it; started by a Python that cannot check (a bare
+login-node Python), it says what is missing.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     if not checking_only and importlib.util.find_spec("nemo_rl") is None:
         environment.reexecute_in_nemo_rl(
             Path(__file__), argv, "nemo_rl is not importable here", REPO_ROOT
+        )
+    if missing and environment.started_by_uv() and environment.can_reexecute():
+        # `uv run examples/run_mmpo_math.py --dry-run`: uv's bare script environment cannot
+        # check; NeMo-RL's, which trains, can
+        environment.reexecute_in_nemo_rl(
+            Path(__file__), argv, f"{', '.join(missing)} not importable here", REPO_ROOT
         )
     if missing:
         print(

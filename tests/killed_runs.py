@@ -12,16 +12,45 @@ from pathlib import Path
 from nemo_rl_support import CONFIGS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
+#: what ``examples/run_mmpo_math.py`` prints when it moves into NeMo-RL's environment
+REEXECUTED = "re-running in NeMo-RL's environment"
+
+
+def as_in_nemo_rls_container() -> tuple[list[str], dict[str, str]]:
+    """``uv run`` as a user of NeMo-RL's container runs it: uv (PyPI's, in NeMo-RL's
+    environment here as in the container) with the container's variables, the project
+    environment being the prepared one this test runs in (``UV_PROJECT_ENVIRONMENT``,
+    ``UV_NO_SYNC=1``: NeMo-RL's ``docker/Dockerfile`` sets both), and nothing downloaded
+    (``UV_OFFLINE``, ``UV_PYTHON_DOWNLOADS=never``). Returns the command's start and its
+    environment."""
+    from uv import find_uv_bin
+
+    uv = find_uv_bin()
+    environment = dict(
+        os.environ,
+        UV_PROJECT_ENVIRONMENT=sys.prefix,
+        UV_NO_SYNC="1",
+        UV_LINK_MODE="copy",
+        UV_OFFLINE="1",
+        UV_PYTHON_DOWNLOADS="never",
+        PATH=os.pathsep.join(
+            [os.path.dirname(uv), str(Path(sys.prefix) / "bin"), os.environ["PATH"]]
+        ),
+    )
+    return [uv, "run"], environment
 
 
 def run_until_step_then_kill(
     recipe: str, overrides: list[str], out: Path, steps: int, kill_after: int, timeout_s=900
 ) -> str:
-    """``examples/run_mmpo_math.py --config <recipe> <overrides>`` in its own process group,
-    killed with SIGKILL once it has printed step ``kill_after`` of ``steps``; returns its
-    terminal output (also in ``out/killed_run.txt``)."""
+    """``uv run examples/run_mmpo_math.py --config <recipe> <overrides>`` (the README's command,
+    as in NeMo-RL's container: :func:`as_in_nemo_rls_container`; uv's bare script environment
+    re-executes it in NeMo-RL's) in its own process group, killed with SIGKILL once it has
+    printed step ``kill_after`` of ``steps``; returns its terminal output (also in
+    ``out/killed_run.txt``)."""
+    uv_run, environment = as_in_nemo_rls_container()
     command = [
-        sys.executable,
+        *uv_run,
         str(ROOT / "examples" / "run_mmpo_math.py"),
         "--config",
         str(CONFIGS_DIR / recipe),
@@ -30,7 +59,12 @@ def run_until_step_then_kill(
     output = out / "killed_run.txt"
     with output.open("w") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=environment,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
         try:
@@ -41,7 +75,9 @@ def run_until_step_then_kill(
         finally:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
-    return output.read_text()
+    terminal = output.read_text()
+    assert REEXECUTED in terminal, terminal[-3000:]  # uv's script environment moved to NeMo-RL's
+    return terminal
 
 
 def check_terminal_shows_our_lines_only(terminal: str, log_dir: Path, printed_steps: int) -> None:

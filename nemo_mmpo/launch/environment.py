@@ -33,11 +33,34 @@ def nemo_rl_root_without_imports() -> Path | None:
     return None
 
 
+def uv_executable() -> str | None:
+    """The ``uv`` to re-execute with: the one that started this process (``uv run`` sets
+    ``UV`` to its own path in what it runs), else the first on ``PATH``."""
+    return os.environ.get("UV") or shutil.which("uv")
+
+
+def started_by_uv() -> bool:
+    """Whether ``uv run`` started this process (it sets ``UV``)."""
+    return bool(os.environ.get("UV"))
+
+
+def can_reexecute() -> bool:
+    """Whether :func:`reexecute_in_nemo_rl` would move rather than exit: a NeMo-RL checkout, a
+    ``uv``, and not already re-executed."""
+    return (
+        nemo_rl_root_without_imports() is not None
+        and not os.environ.get(REEXEC_FLAG)
+        and uv_executable() is not None
+    )
+
+
 def reexecute_in_nemo_rl(script: Path, argv: list[str], reason: str, repo_root: Path) -> None:
     """Replace this process by ``script argv`` inside NeMo-RL's uv project, or exit saying how
-    to run it."""
+    to run it. In NeMo-RL's container uv's own variables (``UV_PROJECT_ENVIRONMENT``,
+    ``UV_NO_SYNC``) make that the prepared environment, with no sync."""
     root = nemo_rl_root_without_imports()
-    if root is None or os.environ.get(REEXEC_FLAG) or shutil.which("uv") is None:
+    uv = uv_executable()
+    if root is None or os.environ.get(REEXEC_FLAG) or uv is None:
         sys.exit(
             f"run_mmpo_math.py: {reason}. Run it inside NeMo-RL's environment: in its container "
             "(NeMo-RL at /opt/nemo-rl), or set NEMO_RL_PATH=<your NeMo-RL v0.7.0 checkout> and "
@@ -49,6 +72,8 @@ def reexecute_in_nemo_rl(script: Path, argv: list[str], reason: str, repo_root: 
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(repo_root), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
-    command = ["uv", "run", "--project", str(root), "python", str(script.resolve())]
+    # uv run's script environment is not NeMo-RL's: uv must pick the project's, not this one
+    environment.pop("VIRTUAL_ENV", None)
+    command = [uv, "run", "--project", str(root), "python", str(script.resolve())]
     print(f"[nemo-mmpo] {reason}; re-running in NeMo-RL's environment at {root}", flush=True)
-    os.execvpe("uv", [*command, *argv], environment)
+    os.execve(uv, [*command, *argv], environment)
