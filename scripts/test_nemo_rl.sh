@@ -14,7 +14,7 @@
 #                      (~8 minutes a run on 2 cores instead of ~1)
 #   NEMO_RL_RECORD=1   re-record NeMo-RL's outcomes without install() for each snapshot
 #   NEMO_MMPO_SIDE_BY_SIDE=0  the snapshots' sessions of our tests one after the other (default:
-#                      side by side where that is possible, as root with unshare; see below)
+#                      side by side)
 #   NEMO_MMPO_AFTER    a file whose existence NeMo-RL's own unit tests wait for (scripts/test.sh:
 #                      the Slurm suite's end; its Ray clusters would be found by address="auto")
 # The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
@@ -73,25 +73,14 @@ rm -rf "$warm_starts"
 # `ray start`): a session alone leaves a core idle about a quarter of its time (imports,
 # actors starting one after the other, a run's single-threaded steps), which the other fills.
 # The shared warm start is trained once (the first session holds its lock, the other waits).
-# Each session sees its own examples/configs (a copy, bind-mounted over it in a mount namespace
-# of its own): the recipes inherit NeMo-RL's configs through the link examples/configs/nemo_rl,
-# which points at one checkout at a time. That needs root and unshare; elsewhere, or with
-# NEMO_MMPO_SIDE_BY_SIDE=0, the sessions run one after the other. (Beside them in CI, the Slurm
-# suite's jobs give Ray's dashboard longer to start: scripts/slurm_test_lib.sh, job_env_for.)
+# Each session reads NeMo-RL's configs from its own checkout (NEMO_RL_PATH; the recipes' nemo_rl/
+# bases resolve there, nothing is linked into examples/configs). NEMO_MMPO_SIDE_BY_SIDE=0: one
+# after the other. (Beside them in CI, the Slurm suite's jobs give Ray's dashboard longer to
+# start: scripts/slurm_test_lib.sh, job_env_for.)
 side_by_side=0
-if [[ "${NEMO_MMPO_SIDE_BY_SIDE:-1}" == "1" && ${#refs[@]} -gt 1 && $EUID -eq 0 ]] && command -v unshare >/dev/null &&
-        unshare --mount --propagation private true 2>/dev/null; then
+if [[ "${NEMO_MMPO_SIDE_BY_SIDE:-1}" == "1" && ${#refs[@]} -gt 1 ]]; then
     side_by_side=1
 fi
-in_own_configs() {  # in_own_configs REF COMMAND...: COMMAND seeing a private examples/configs
-    local private="$logs/configs-$1"
-    shift
-    rm -rf "$private"
-    cp -a "$ROOT/examples/configs" "$private"
-    rm -f "$private/nemo_rl"
-    exec unshare --mount --propagation private bash -c \
-        'mount --bind "$1" "$2" && shift 2 && exec "$@"' _ "$ROOT/$private" "$ROOT/examples/configs" "$@"
-}
 declare -A nemo_rl_of=() log_of=() pid_of=() code_of=()
 resolved=()
 trap 'kill "${pid_of[@]}" 2>/dev/null || true' EXIT  # a stopped suite stops its sessions
@@ -146,7 +135,7 @@ for ref in "${refs[@]}"; do
         -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning
         --durations=30 "${extra_pytest[@]}")  # the slowest tests, in the log
     if [[ $side_by_side == 1 ]]; then
-        ( in_own_configs "$ref" "${session[@]}" ) >"$log" 2>&1 &
+        "${session[@]}" >"$log" 2>&1 &
         pid_of[$ref]=$!
     else
         code_of[$ref]=0

@@ -3,6 +3,7 @@
 # a variable below (or in the environment). slurm/mmpo_1node.sh and slurm/mmpo_multinode.sh
 # call this with their defaults.
 # Usage:  NUM_NODES=2 CONFIG=examples/configs/X.yaml bash slurm/submit_mmpo.sh [overrides]
+#         CONFIG=~/exp/my_task.yaml bash slurm/mmpo_1node.sh     # a recipe in a folder of yours
 # The recipe's cluster.num_nodes / cluster.gpus_per_node are set from NUM_NODES / GPUS_PER_NODE.
 # The batch script is slurm/ray_job.sh: it runs ray.sub unchanged and watches the job's nodes; a
 # lost node ends the job with a line naming it and the checkpoint to resume from. The job is
@@ -29,7 +30,7 @@ CONTAINER="${CONTAINER:-nvcr.io/nvidia/nemo-rl:v0.7.0}"  # NeMo-RL container ima
 NEMO_RL_DIR="${NEMO_RL_DIR:-/opt/nemo-rl}"            # NeMo-RL checkout inside the container
 NEMO_RL_HOST_DIR="${NEMO_RL_HOST_DIR:-}"             # NeMo-RL checkout on the login node (ray.sub)
 MMPO_DIR="${MMPO_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"  # this repository (shared filesystem)
-CONFIG="${CONFIG:-examples/configs/mmpo_math_qwen3_8b_2nodes.yaml}"  # relative to MMPO_DIR
+CONFIG="${CONFIG:-examples/configs/mmpo_math_qwen3_8b_2nodes.yaml}"  # relative to MMPO_DIR, or your own
 NUM_NODES="${NUM_NODES:-2}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
 TIME="${TIME:-24:00:00}"
@@ -51,6 +52,16 @@ if [[ ! -f "$RAY_SUB" ]]; then
     exit 2
 fi
 MOUNTS="$MMPO_DIR:$MMPO_DIR${EXTRA_MOUNTS:+,$EXTRA_MOUNTS}"
+# A recipe of your own (CONFIG=~/exp/my_task.yaml, or relative to where you submit from): its
+# folder is mounted at the same path in the job, where its nemo_rl/ bases are the container's
+# NeMo-RL's (NEMO_RL_DIR) and its base/ ones this clone's; nothing is copied into this clone.
+CONFIG="${CONFIG/#\~/$HOME}"
+if [[ "$CONFIG" != /* && -f "$CONFIG" && ! -f "$MMPO_DIR/$CONFIG" ]]; then
+    CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
+fi
+if [[ "$CONFIG" == /* && "$CONFIG" != "$MMPO_DIR"/* ]]; then
+    MOUNTS="$MOUNTS,$(dirname "$CONFIG"):$(dirname "$CONFIG")"
+fi
 OVERRIDES=("cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" "$@")
 
 cd "$MMPO_DIR"  # ray.sub runs COMMAND from the submit directory and writes its logs here

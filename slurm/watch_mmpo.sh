@@ -4,6 +4,8 @@
 # container. Safe to submit before, during or after training, and to requeue: it skips what it
 # evaluated and resumes a step it was interrupted in.
 # Usage:  CONFIG=examples/configs/mmpo_math_qwen3_1.7b.yaml bash slurm/watch_mmpo.sh [overrides]
+# (the training run's overrides, as submitted; or CONFIG=<checkpoint_dir>/nemo_mmpo_recipe.yaml,
+# the run's record, which carries them)
 set -euo pipefail
 
 # ---------------------------------------------------------------- edit these -----------
@@ -21,6 +23,15 @@ BACKEND="${BACKEND:-vllm}"                          # vllm (GPU) or hf
 # ----------------------------------------------------------------------------------------
 
 MOUNTS="$MMPO_DIR:$MMPO_DIR${EXTRA_MOUNTS:+,$EXTRA_MOUNTS}"
+# A recipe of your own, or the run's record (results/<run>/nemo_mmpo_recipe.yaml), as in
+# submit_mmpo.sh: absolute, its folder mounted at the same path in the job.
+CONFIG="${CONFIG/#\~/$HOME}"
+if [[ "$CONFIG" != /* && -f "$CONFIG" && ! -f "$MMPO_DIR/$CONFIG" ]]; then
+    CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
+fi
+if [[ "$CONFIG" == /* && "$CONFIG" != "$MMPO_DIR"/* ]]; then
+    MOUNTS="$MOUNTS,$(dirname "$CONFIG"):$(dirname "$CONFIG")"
+fi
 WATCH="cd $(printf '%q' "$MMPO_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR PYTHONPATH=$(printf '%q' "$MMPO_DIR") uv run --project $NEMO_RL_DIR python -m nemo_mmpo.eval watch --config $(printf '%q' "$CONFIG") --backend $BACKEND --follow $(printf '%q ' "$@")"
 "$SBATCH" \
     --nodes=1 \

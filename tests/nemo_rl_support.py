@@ -50,21 +50,39 @@ def import_nemo_rl(name: str) -> ModuleType:
 
 
 def master_config_from_recipe(recipe: str, overrides: list[str] = ()) -> object:
-    """``recipe`` loaded as NeMo-RL's ``run_grpo.py`` loads it, into its ``MasterConfig``."""
+    """``recipe`` loaded as NeMo-RL's ``run_grpo.py`` loads it (the composed recipe the entry
+    point hands it, :func:`nemo_mmpo.recipes.write_run_record`), into its ``MasterConfig``."""
+    import tempfile
+
     from omegaconf import OmegaConf
 
-    from nemo_mmpo.checkout import find_nemo_rl_root, link_nemo_rl_configs
+    from nemo_mmpo.checkout import find_nemo_rl_root
+    from nemo_mmpo.recipes import load, write_run_record
 
     config_module = import_nemo_rl("nemo_rl.utils.config")
     grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
     root = find_nemo_rl_root()
     assert root is not None, "set NEMO_RL_PATH to a NeMo-RL checkout"
-    link_nemo_rl_configs(root)
     config_module.register_omegaconf_resolvers()
-    config = config_module.load_config(str(CONFIGS_DIR / recipe))
+    with tempfile.TemporaryDirectory() as folder:
+        record = write_run_record(load(CONFIGS_DIR / recipe), Path(folder))
+        config = config_module.load_config(str(record))
     if overrides:
         config = config_module.parse_hydra_overrides(config, list(overrides))
     return grpo.MasterConfig(**OmegaConf.to_container(config, resolve=True))
+
+
+def nemo_rl_inheritance(checkout: Path, into: Path) -> Path:
+    """A copy of our recipes in ``into`` whose ``nemo_rl`` is a link to ``checkout``'s configs:
+    what NeMo-RL's own ``load_config`` makes of a recipe, with no resolution of ours (the
+    reference the composition in :mod:`nemo_mmpo.recipes` is checked against)."""
+    import shutil
+
+    configs = into / "configs"
+    if not configs.exists():
+        shutil.copytree(CONFIGS_DIR, configs, ignore=shutil.ignore_patterns("nemo_rl"))
+        (configs / "nemo_rl").symlink_to(checkout / "examples" / "configs", True)
+    return configs
 
 
 class Console:

@@ -24,7 +24,9 @@ FAKE_SBATCH = """#!/usr/bin/env bash
 """
 
 
-def submit(script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: str) -> dict:
+def submit(
+    script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: str, cwd: Path = ROOT
+) -> dict:
     fake = tmp_path / "fake_sbatch"
     fake.write_text(FAKE_SBATCH)
     fake.chmod(0o755)
@@ -44,8 +46,32 @@ def submit(script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: s
         env=env,
         check=True,
         capture_output=True,
+        cwd=cwd,
     )
     return dict(line.split("=", 1) for line in record.read_text().splitlines())
+
+
+def test_a_recipe_in_a_folder_of_ones_own_is_mounted_not_copied(tmp_path):
+    """``CONFIG=my_task.yaml`` relative to where one submits (here, a folder outside the
+    clone): checked on the login node, made absolute, its folder mounted at the same path in
+    the job (training and watcher), where its ``nemo_rl/`` bases are the container's NeMo-RL's."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "my_task.yaml").write_text(
+        "defaults:\n  - nemo_rl/grpo_math_1B_megatron.yaml\n  - base/mmpo_common.yaml\n"
+        "grpo:\n  num_prompts_per_step: 16\n  num_generations_per_prompt: 8\n"
+        "policy:\n  train_global_batch_size: 128\n"
+    )
+    environment = {"CONFIG": "my_task.yaml", "NUM_NODES": "1", "GPUS_PER_NODE": "2"}
+    recorded = submit("submit_mmpo.sh", tmp_path, environment, cwd=exp)
+    assert recorded["MOUNTS"] == f"{ROOT}:{ROOT},{exp}:{exp}"
+    words = shlex.split(recorded["COMMAND"])
+    assert words[words.index("--config") + 1] == str(exp / "my_task.yaml")
+    assert "NEMO_RL_PATH=/opt/nemo-rl" in words
+    watcher = submit("watch_mmpo.sh", tmp_path, {"CONFIG": "my_task.yaml"}, cwd=exp)
+    assert f"--container-mounts={ROOT}:{ROOT},{exp}:{exp}" in watcher["ARGS"]
+    assert str(exp / "my_task.yaml") in watcher["ARGS"]
+    assert not (ROOT / "examples" / "configs" / "my_task.yaml").exists()
 
 
 def test_one_node_template(tmp_path):

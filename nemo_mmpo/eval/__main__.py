@@ -7,6 +7,7 @@ python -m nemo_mmpo.eval grade --gold 25 --prediction '\\boxed{025}'
 python -m nemo_mmpo.eval report MMPO=runs/mmpo.jsonl GRPO=runs/grpo.jsonl --out report/
 python -m nemo_mmpo.eval synthetic --out runs/demo    # two synthetic runs to try report on
 nemo-mmpo eval watch --config examples/configs/mmpo_math_qwen3_1.7b.yaml --follow  # alongside
+nemo-mmpo eval watch --config results/mmpo_qwen3_1.7b/nemo_mmpo_recipe.yaml  # as the run started
 nemo-mmpo eval summary logs/mmpo_qwen3_1.7b/evaluation   # the selected step, the final one, curves
 """
 
@@ -136,7 +137,8 @@ def watch(args: argparse.Namespace) -> None:
     from nemo_mmpo.eval.watch import vllm_engine
     from nemo_mmpo.eval.watch import watch as watch_checkpoints
 
-    config = load(Path(args.config).expanduser().resolve(), args.overrides).config
+    loaded = load(Path(args.config).expanduser().resolve(), args.overrides)
+    config = loaded.config
     os.chdir(REPO_ROOT)  # the recipe's relative paths (checkpoints, logs, data) start here
     settings = read_settings(config.get("evaluation"))
     if not settings.enabled:
@@ -157,7 +159,7 @@ def watch(args: argparse.Namespace) -> None:
         poll_seconds=args.poll_seconds,
         idle_seconds=args.idle_seconds,
         batch_size=args.batch_size,
-        nemo_rl_root=find_nemo_rl_root(),
+        nemo_rl_root=loaded.nemo_rl_root or find_nemo_rl_root(),
         engine_options=engine_options,
         converter_setup=CPU_RIG_CONVERTER_SETUP if cpu_rig else (),
         engine_setup=CPU_RIG_ENGINE_SETUP if cpu_rig and args.backend == "vllm" else (),
@@ -253,7 +255,12 @@ def _add_watch(commands: Any) -> None:
         "watch",
         help="evaluate a run's checkpoints as they appear (the recipe's evaluation section)",
     )
-    watch_parser.add_argument("--config", required=True, help="the training recipe")
+    watch_parser.add_argument(
+        "--config",
+        required=True,
+        help="the training recipe (its Hydra overrides follow, as for train), the run's "
+        "nemo_mmpo_recipe.yaml or a step_<N>/config.yaml of its checkpoints",
+    )
     watch_parser.add_argument("--backend", choices=("vllm", "hf"), default="vllm")
     watch_parser.add_argument(
         "--every", type=int, default=None, help="steps between evaluations (grpo.val_period)"
@@ -293,8 +300,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") 
     for add in (_add_report, _add_generate, _add_grade, _add_watch, _add_summary_and_synthetic):
         add(commands)
     args, extra = parser.parse_known_args(argv)
-    if args.command == "watch":
-        args.overrides = extra  # the recipe's Hydra overrides
+    if args.command == "watch":  # the recipe's Hydra overrides, as `nemo-mmpo train` takes them
+        unknown = [item for item in extra if item.startswith("--")]
+        if unknown:
+            raise MMPOInputError(f"unknown option {unknown[0]} (overrides are key=value)")
+        args.overrides = extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.function(args)

@@ -7,7 +7,9 @@
    resolved config as YAML. ``--dry-run`` stops here; it needs no GPU and no NeMo-RL.
 4. Train: the tiny CPU run for ``cpu_backend.enabled`` recipes (:mod:`nemo_mmpo.cpu.rig.driver`);
    otherwise write the MATH data files if missing, ``install()`` our estimator and loss, and
-   run NeMo-RL's own ``examples/run_grpo.py`` with the same (absolute) config and overrides.
+   run NeMo-RL's own ``examples/run_grpo.py`` with the same overrides on the composed recipe
+   the dry run read, written into the run's ``checkpointing.checkpoint_dir``
+   (``nemo_mmpo_recipe.yaml``, which also records how the run started; both paths write it).
 """
 
 from __future__ import annotations
@@ -101,14 +103,24 @@ def _train_with_nemo_rl(loaded, overrides: list[str], prepare_data: bool) -> int
     # trainer, so both are hooked; install() also puts nemo_mmpo on the Ray workers' path.
     hooked = install()
     print(f"[nemo-mmpo] hooked into NeMo-RL: {', '.join(hooked)}")
-    nemo_rl_root = find_nemo_rl_root()
+    nemo_rl_root = loaded.nemo_rl_root or find_nemo_rl_root()
     if nemo_rl_root is None:
         raise MMPOInputError("NeMo-RL's checkout was not found: set NEMO_RL_PATH")
     os.chdir(REPO_ROOT)  # relative paths in the recipes (data, prompts, logs) start here
+    # NeMo-RL's loader reads the composed text the dry run read, from the run's folder
+    record = recipes.write_run_record(loaded, run_folder(loaded.config))
+    print(f"[nemo-mmpo] the run's recipe, as NeMo-RL reads it: {record}")
     run_grpo = trainers.driver_script(loaded.config, nemo_rl_root)  # or the single controller
-    sys.argv = [str(run_grpo), "--config", str(loaded.source), *overrides]
+    sys.argv = [str(run_grpo), "--config", str(record), *loaded.overrides]
     runpy.run_path(str(run_grpo), run_name="__main__")
     return 0
+
+
+def run_folder(config: dict) -> Path:
+    """Where a run keeps its record (:func:`nemo_mmpo.recipes.write_run_record`): its
+    ``checkpointing.checkpoint_dir``, beside NeMo-RL's ``step_<N>`` (relative: to the
+    repository root, where the run starts)."""
+    return REPO_ROOT / config["checkpointing"]["checkpoint_dir"]
 
 
 def main(argv: list[str] | None = None, prog: str = "nemo-mmpo train") -> int:
@@ -122,6 +134,7 @@ def main(argv: list[str] | None = None, prog: str = "nemo-mmpo train") -> int:
         return 0
     if (loaded.config.get("cpu_backend") or {}).get("enabled"):
         os.chdir(REPO_ROOT)  # the recipe's relative paths (results/, logs/) start here
+        recipes.write_run_record(loaded, run_folder(loaded.config))
         driver.run(loaded.config)
         return 0
     return _train_with_nemo_rl(loaded, overrides, args.prepare_data)

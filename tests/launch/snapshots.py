@@ -1,16 +1,14 @@
-"""Each NeMo-RL snapshot as a checkout of its own, with a copy of our recipes that inherits it.
+"""Each NeMo-RL snapshot as a checkout of its own, which our recipes inherit from.
 
-The launcher links ``examples/configs/nemo_rl`` to the checkout it reads; a test that dry-runs
-against both snapshots in one process (beside other test processes reading the link) gives each
-snapshot its own copy of ``examples/configs`` instead, whose ``nemo_rl`` link points at it.
-Only what the dry run reads is unpacked: ``nemo_rl/`` (config loader and declarations) and
-``examples/`` (base configs).
+A recipe's ``nemo_rl/<file>`` bases are read from the checkout the load names (``NEMO_RL_PATH``,
+or :func:`nemo_mmpo.recipes.load`'s ``nemo_rl_root``), so both snapshots are dry-run from the
+one ``examples/configs``, in one process or beside other test processes. Only what the dry run
+reads is unpacked: ``nemo_rl/`` (config loader and declarations) and ``examples/`` (base configs).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +27,14 @@ def snapshot_archives() -> list[Path]:
 class SnapshotCheckout:
     ref: str
     root: Path  # the checkout: nemo_rl/ and examples/
-    configs: Path  # our recipes, with nemo_rl -> root/examples/configs
+    configs: Path  # our recipes
 
     def recipe(self, name: str) -> Path:
         return self.configs / name
 
 
 def unpack(archive: Path, into: Path) -> SnapshotCheckout:
-    """``archive``'s ``nemo_rl/`` and ``examples/`` under ``into``, and a copy of our recipes."""
+    """``archive``'s ``nemo_rl/`` and ``examples/`` under ``into``."""
     ref = archive.name.removesuffix(".tar.gz").removeprefix("nemo-rl-")
     with tarfile.open(archive) as bundle:
         wanted = [
@@ -45,8 +43,4 @@ def unpack(archive: Path, into: Path) -> SnapshotCheckout:
             if member.name.split("/")[1:2] in (["nemo_rl"], ["examples"])
         ]
         bundle.extractall(into, members=wanted, filter="data")
-    root = into / f"nemo-rl-{ref}"
-    configs = into / f"configs-{ref}"
-    shutil.copytree(CONFIGS, configs, ignore=shutil.ignore_patterns("nemo_rl"))
-    (configs / "nemo_rl").symlink_to(root / "examples" / "configs", target_is_directory=True)
-    return SnapshotCheckout(ref, root, configs)
+    return SnapshotCheckout(ref, into / f"nemo-rl-{ref}", CONFIGS)

@@ -1,8 +1,10 @@
 """The dry run reads a recipe exactly as NeMo-RL's ``run_grpo.py`` will, for every override form.
 
 For each form the reference is NeMo-RL's own path (``load_config``, ``parse_hydra_overrides``,
-``OmegaConf.to_container(resolve=True)`` with its resolvers, as ``run_grpo.py`` runs them),
-and nemo-mmpo must find the same resolved config or refuse where NeMo-RL refuses:
+``OmegaConf.to_container(resolve=True)`` with its resolvers, as ``run_grpo.py`` runs them) on
+the recipe with its ``nemo_rl/`` bases reached by NeMo-RL's inheritance alone (a copy of our
+recipes beside a link to the checkout's configs), and nemo-mmpo must find the same resolved
+config or refuse where NeMo-RL refuses:
 
 - through :func:`nemo_mmpo.recipes.load` as it runs here (NeMo-RL's loader, imported on
   the NeMo-RL suite, read from the checkout on the 3.11 suite where ``nemo_rl`` is not
@@ -10,22 +12,28 @@ and nemo-mmpo must find the same resolved config or refuse where NeMo-RL refuses
 - through its no-checkout fallback (OmegaConf merges and Hydra's override parser driven by
   nemo-mmpo), on the same recipe;
 - through the entry point, ``--dry-run --print-config``, from another working directory with a
-  relative ``--config``, for a sample of the forms (on the 3.11 suite).
+  relative ``--config``, for a sample of the forms (on the 3.11 suite);
+- and NeMo-RL's path on what the entry point hands its ``run_grpo.py`` (the composed recipe
+  in the run's record, with the same overrides) finds the reference again.
 
 Runs on the 3.11 suite and, marked ``nemo_rl``, on each NeMo-RL snapshot.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
-from nemo_rl_support import nemo_rl_checkout
+from nemo_rl_support import nemo_rl_checkout, nemo_rl_inheritance
 
 from nemo_mmpo import recipes as loader
 from nemo_mmpo.errors import MMPOInputError
@@ -79,19 +87,26 @@ FORMS = {
 }
 
 
-def reference(overrides: list[str]) -> dict | str:
-    """NeMo-RL's path, as its ``run_grpo.py`` runs it: the resolved config, or "refused"."""
+@functools.cache
+def inheriting_copy(checkout: Path) -> Path:
+    """Our recipes beside a ``nemo_rl`` link to ``checkout``'s configs, in a folder of their own:
+    NeMo-RL's inheritance alone, none of our resolution of ``defaults:``."""
+    folder = Path(tempfile.mkdtemp(prefix="parity-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return nemo_rl_inheritance(checkout, folder) / RECIPE.name
+
+
+def reference(overrides: list[str], recipe: Path | None = None) -> dict | str:
+    """NeMo-RL's path, as its ``run_grpo.py`` runs it: the resolved config, or "refused"
+    (``recipe``: default, the recipe as NeMo-RL's own inheritance reads it)."""
     from omegaconf import OmegaConf
 
-    from nemo_mmpo.checkout import link_nemo_rl_configs
-
     checkout = nemo_rl_checkout()
-    link_nemo_rl_configs(checkout)  # the bases of this checkout (another run may have re-linked)
     module, _ = loader.nemo_rl_config_module(checkout)
     assert module is not None
     module.register_omegaconf_resolvers()
     try:
-        config = module.load_config(str(RECIPE))
+        config = module.load_config(str(recipe or inheriting_copy(checkout)))
         if overrides:
             config = module.parse_hydra_overrides(config, overrides)
         return OmegaConf.to_container(config, resolve=True)
@@ -114,9 +129,18 @@ def test_load_finds_what_nemo_rl_finds(form):
 
 
 @pytest.mark.parametrize("form", FORMS, ids=list(FORMS))
+def test_nemo_rls_trainer_reads_the_run_record_as_the_dry_run_read_the_recipe(form, tmp_path):
+    """What the entry point hands NeMo-RL's ``run_grpo.py`` (the composed recipe in the run's
+    record, and the overrides) is, through NeMo-RL's own path, NeMo-RL's reading of the recipe."""
+    nemo_rl_checkout()
+    record = loader.write_run_record(loader.load(RECIPE), tmp_path)
+    assert reference(FORMS[form], record) == reference(FORMS[form])
+
+
+@pytest.mark.parametrize("form", FORMS, ids=list(FORMS))
 def test_the_fallback_without_a_checkout_finds_the_same(form, monkeypatch):
-    """OmegaConf and Hydra driven by nemo-mmpo (no NeMo-RL code), on the same recipe: the
-    recipe's bases resolve through the link the checkout left."""
+    """OmegaConf and Hydra driven by nemo-mmpo (no NeMo-RL code), on the same recipe, its
+    ``nemo_rl/`` bases read from the checkout."""
     nemo_rl_checkout()
     expected = reference(FORMS[form])
     monkeypatch.setattr(loader, "nemo_rl_config_module", lambda root: (None, ""))

@@ -196,40 +196,35 @@ def test_dry_run_reports_a_bad_override_and_fails():
     assert "Traceback" not in result.stderr
 
 
-def test_base_configs_resolve_through_the_link_without_nemo_rl_code(tmp_path, monkeypatch):
-    """A checkout without NeMo-RL's config loader (only its configs): the link is made and the
-    OmegaConf fallback merges bases as NeMo-RL does (``_override_``, interpolations)."""
-    import shutil
-
-    from nemo_mmpo import checkout as checkout_module
-    from nemo_mmpo.checkout import LINK_NAME, find_nemo_rl_root, link_nemo_rl_configs
-
-    checkout = tmp_path / "RL"
+def fake_checkout(folder: Path, prompts: int) -> Path:
+    """A NeMo-RL checkout of configs only (no config loader), its GRPO base with ``prompts``."""
+    checkout = folder / "RL"
     (checkout / "examples" / "configs").mkdir(parents=True)
     (checkout / "nemo_rl").mkdir()
-    base = checkout / "examples" / "configs" / "grpo_math_1B_megatron.yaml"
-    base.write_text(
+    (checkout / "examples" / "configs" / "grpo_math_1B_megatron.yaml").write_text(
         "defaults: grpo_math_1B.yaml\n"
         "policy:\n  megatron_cfg:\n    enabled: true\n    sequence_parallel: false\n"
         "  dynamic_batching:\n    train_mb_tokens: ${mul:${policy.max_total_sequence_length}, 2}\n"
         "logger:\n  _override_: true\n  log_dir: base_logs\n  only_in_base: 1\n"
     )
     (checkout / "examples" / "configs" / "grpo_math_1B.yaml").write_text(
-        "grpo:\n  val_at_start: false\n  num_prompts_per_step: 32\n"
-        "logger:\n  only_in_grandparent: 1\n"
+        f"grpo:\n  val_at_start: false\n  num_prompts_per_step: {prompts}\n"
+        f"  checkout_marker: {prompts}\nlogger:\n  only_in_grandparent: 1\n"
+        "policy:\n  max_total_sequence_length: 64\n"
     )
+    return checkout
+
+
+def test_base_configs_resolve_without_nemo_rl_code(tmp_path, monkeypatch):
+    """A checkout without NeMo-RL's config loader (only its configs): the OmegaConf fallback
+    merges bases as NeMo-RL does (``_override_``, interpolations)."""
+    from nemo_mmpo.checkout import find_nemo_rl_root
+
+    checkout = fake_checkout(tmp_path, 32)
     monkeypatch.setenv("NEMO_RL_PATH", str(checkout))
     assert find_nemo_rl_root() == checkout.resolve()
-    configs = tmp_path / "configs"
-    # the checkout's own link (made by other tests or the entry point) is not copied
-    shutil.copytree(
-        ROOT / "examples" / "configs", configs, ignore=shutil.ignore_patterns(LINK_NAME)
-    )
-    monkeypatch.setattr(checkout_module, "CONFIGS_DIR", configs)
-    link = link_nemo_rl_configs(checkout, configs)
-    assert link.is_symlink() and link_nemo_rl_configs(checkout, configs) == link
-    loaded = load(configs / "mmpo_math_qwen3_1.7b.yaml")
-    assert "no NeMo-RL checkout" not in loaded.loader or "OmegaConf" in loaded.loader
+    loaded = load(ROOT / "examples" / "configs" / "mmpo_math_qwen3_1.7b.yaml")
+    assert "OmegaConf" in loaded.loader and loaded.nemo_rl_root == checkout.resolve()
     config = loaded.config
     assert config["grpo"]["num_prompts_per_step"] == 16  # ours wins over the base's 32
     assert config["grpo"]["val_at_start"] is True
@@ -238,62 +233,178 @@ def test_base_configs_resolve_through_the_link_without_nemo_rl_code(tmp_path, mo
     assert "only_in_grandparent" not in config["logger"]  # the base's _override_ dropped it
     assert config["logger"]["only_in_base"] == 1 and "_override_" not in config["logger"]
     assert config["logger"]["log_dir"] == "logs/mmpo_qwen3_1.7b"
-    (configs / "nemo_rl").unlink()
-    (configs / "nemo_rl").mkdir()
-    with pytest.raises(MMPOInputError, match="is not a link"):
-        link_nemo_rl_configs(checkout, configs)
 
 
-def test_the_link_is_re_pointed_in_one_step_while_others_read_and_re_point_it(tmp_path):
-    """Two processes (here threads) re-pointing ``nemo_rl`` at two checkouts at once both
-    succeed, and a reader never finds the link missing: it is replaced by a rename, not removed
-    and made again (which raised ``FileExistsError`` in the slower writer and showed readers
-    no link in between)."""
-    import os
+MY_RECIPE = """\
+# a researcher's recipe, in a folder of their own
+defaults:
+  - nemo_rl/grpo_math_1B_megatron.yaml
+  - base/mmpo_common.yaml
+  - my_settings.yaml
+grpo:
+  num_prompts_per_step: 16
+  num_generations_per_prompt: 8
+  adv_estimator:
+    truncation_order: 3
+policy:
+  train_global_batch_size: 128
+"""
+
+
+def my_recipe(folder: Path) -> Path:
+    """``folder/my_task.yaml``: NeMo-RL's base, our keys' defaults, and a file beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "my_settings.yaml").write_text("grpo:\n  max_num_steps: 7\n")
+    (folder / "my_task.yaml").write_text(MY_RECIPE)
+    return folder / "my_task.yaml"
+
+
+def test_two_loads_against_two_checkouts_at_once_each_read_their_own_bases(tmp_path):
+    """Nothing is linked into this clone: a recipe's ``nemo_rl/`` bases are the named
+    checkout's, so loads against two checkouts at once (threads here) never mix them."""
     import threading
 
-    from nemo_mmpo.checkout import LINK_NAME, link_nemo_rl_configs
+    recipe = tmp_path / "exp" / "my_task.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text("defaults: nemo_rl/grpo_math_1B_megatron.yaml\ngrpo:\n  max_num_steps: 1\n")
+    checkouts = {prompts: fake_checkout(tmp_path / str(prompts), prompts) for prompts in (4, 8)}
+    seen: list[tuple[int, int]] = []
 
-    checkouts = []
-    for name in ("a", "b"):
-        (tmp_path / name / "examples" / "configs").mkdir(parents=True)
-        checkouts.append(tmp_path / name)
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    targets = {str((checkout / "examples" / "configs").resolve()) for checkout in checkouts}
-    link = configs / LINK_NAME
-    link_nemo_rl_configs(checkouts[0], configs)
-    problems: list[str] = []
-    done = threading.Event()
+    def read(prompts):
+        for _ in range(20):
+            config = load(recipe, ["grpo.max_num_steps=2"], checkouts[prompts]).config
+            seen.append((prompts, config["grpo"]["checkout_marker"]))
 
-    def re_point(checkout):
-        try:
-            for _ in range(300):
-                link_nemo_rl_configs(checkout, configs)
-        except Exception as error:  # recorded: the test fails on it
-            problems.append(f"writer: {error!r}")
+    threads = [threading.Thread(target=read, args=(prompts,)) for prompts in (4, 8, 4, 8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 80 and all(wanted == found for wanted, found in seen)
 
-    def read():
-        while not done.is_set():
-            try:
-                if os.readlink(link) not in targets:
-                    problems.append(f"reader: {os.readlink(link)}")
-            except OSError as error:
-                problems.append(f"reader: {error!r}")
-                return
 
-    reader = threading.Thread(target=read)
-    writers = [threading.Thread(target=re_point, args=(checkout,)) for checkout in checkouts * 2]
-    reader.start()
-    for writer in writers:
-        writer.start()
-    for writer in writers:
-        writer.join()
-    done.set()
-    reader.join()
-    assert problems == []
-    assert os.readlink(link) in targets
-    assert sorted(path.name for path in configs.iterdir()) == [LINK_NAME]  # no staged link left
+@pytest.mark.parametrize("ref", ["v0.7.0", "main"])
+def test_a_recipe_in_any_folder_dry_runs_against_each_snapshot_from_any_directory(ref, tmp_path):
+    """The issue's check: a recipe in a temporary folder inheriting NeMo-RL's
+    ``grpo_math_1B_megatron.yaml`` and our keys' defaults passes ``--dry-run`` against each
+    snapshot, with ``--config`` relative to a third directory; its bases are that snapshot's."""
+    import os
+
+    from snapshots import snapshot_archives, unpack
+
+    archives = [path for path in snapshot_archives() if path.name.startswith(f"nemo-rl-{ref}")]
+    if not archives:
+        pytest.skip("no NeMo-RL snapshots (NEMO_RL_SNAPSHOTS, default ../shared/nemo-rl)")
+    checkout = unpack(archives[0], tmp_path / "snapshot")
+    recipe = my_recipe(tmp_path / "exp")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ENTRY_POINT),
+            "--config",
+            os.path.relpath(recipe, elsewhere),
+            "--print-config",
+            "grpo.adv_estimator.truncation_order=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=elsewhere,
+        env={**os.environ, "NEMO_RL_PATH": str(checkout.root)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"config: {recipe} grpo.adv_estimator.truncation_order=2" in result.stdout
+    assert str(checkout.root) in result.stdout  # NeMo-RL's loader, read from that snapshot
+    import yaml
+
+    printed = yaml.safe_load(result.stdout.split("trains with) ---\n")[1])
+    assert printed["grpo"]["max_num_steps"] == 7  # the file beside the recipe
+    assert printed["grpo"]["adv_estimator"]["truncation_order"] == 2
+    assert printed["grpo"]["adv_estimator"]["name"] == "mmpo"  # base/mmpo_common.yaml
+    base = yaml.safe_load(
+        (checkout.root / "examples" / "configs" / "grpo_math_1B_megatron.yaml").read_text()
+    )
+    assert printed["policy"]["megatron_cfg"]["enabled"] == base["policy"]["megatron_cfg"]["enabled"]
+    assert not list(tmp_path.glob("exp/nemo_rl*")) and not list(elsewhere.iterdir())
+
+
+def test_a_tiny_recipe_in_any_folder_inherits_ours_by_name(tmp_path):
+    """``nemo_mmpo/<file>`` names one of our recipes from anywhere: the tiny CPU task."""
+    recipe = tmp_path / "my_tiny.yaml"
+    recipe.write_text("defaults: nemo_mmpo/mmpo_tiny_cpu.yaml\ngrpo:\n  max_num_steps: 2\n")
+    loaded = load(recipe)
+    assert loaded.config["cpu_backend"]["enabled"] is True
+    assert loaded.config["grpo"]["max_num_steps"] == 2
+    assert check(loaded.config).errors == []
+    assert "this machine's CPUs" in run_plan(loaded)
+
+
+def test_an_unknown_base_names_where_it_was_looked_for(tmp_path, checkout):
+    recipe = tmp_path / "r.yaml"
+    for entry, fragment in [
+        ("nemo_rl/no_such.yaml", f"NeMo-RL's checkout at {checkout} has no such config"),
+        ("base/no_such.yaml", "nemo-mmpo's configs"),
+        ("no_such.yaml", "relative to the file that names it"),
+    ]:
+        recipe.write_text(f"defaults: {entry}\n")
+        with pytest.raises(MMPOInputError, match="which does not exist") as error:
+            load(recipe)
+        assert fragment in str(error.value) and "\n" not in str(error.value)
+    recipe.write_text("defaults: r.yaml\n")
+    with pytest.raises(MMPOInputError, match="inherits itself"):
+        load(recipe)
+
+
+def saved_checkpoint(run: Path, step: int, loaded) -> Path:
+    """A ``step_<N>`` as NeMo-RL saves it: ``config.yaml`` (the resolved config; a CPU-rig
+    run's lacks ``cpu_backend``, which the rig keeps from NeMo-RL) and ``training_info.json``."""
+    import yaml
+
+    folder = run / f"step_{step}"
+    folder.mkdir(parents=True)
+    saved = {key: value for key, value in loaded.config.items() if key != "cpu_backend"}
+    (folder / "config.yaml").write_text(yaml.safe_dump(saved))
+    (folder / "training_info.json").write_text("{}")
+    return folder / "config.yaml"
+
+
+def test_a_runs_record_and_its_saved_configs_read_the_run_as_it_started(tmp_path):
+    """The record the entry point writes into the run's folder (what NeMo-RL's run_grpo.py
+    reads) and a checkpoint's saved ``config.yaml`` beside it, as ``--config``: the recipe
+    with the overrides the run started with, then new ones."""
+    from nemo_mmpo.recipes import RECORD_NAME, write_run_record
+
+    recipe = tmp_path / "my_tiny.yaml"
+    recipe.write_text("defaults: nemo_mmpo/mmpo_tiny_cpu.yaml\n")
+    started = ["grpo.max_num_steps=3", f"checkpointing.checkpoint_dir={tmp_path / 'run'}"]
+    loaded = load(recipe, started)
+    record = write_run_record(loaded, tmp_path / "run")
+    assert record == tmp_path / "run" / RECORD_NAME
+    saved = saved_checkpoint(tmp_path / "run", 3, loaded)
+    recipe.write_text("defaults: nemo_mmpo/grpo_tiny_cpu.yaml\n")  # edited since: not read
+    for given in (record, saved):
+        again = load(given, ["grpo.val_period=1"])
+        assert again.config == load(record.parent / RECORD_NAME, ["grpo.val_period=1"]).config
+        assert again.config["cpu_backend"]["enabled"] is True  # the run's, not the saved copy's
+        assert again.config["grpo"]["max_num_steps"] == 3
+        assert again.config["grpo"]["val_period"] == 1
+        assert again.config["grpo"]["adv_estimator"]["name"] == "mmpo"
+        assert again.overrides == (*started, "grpo.val_period=1")
+        assert again.recipe == recipe and f"started from {recipe}" in again.loader
+    rewritten = write_run_record(load(saved), tmp_path / "again")  # a resumed run's record
+    assert rewritten.read_text() == record.read_text()
+
+
+def test_a_saved_config_whose_run_left_no_record_is_refused_in_one_line(tmp_path):
+    loaded = load(ROOT / "examples" / "configs" / "mmpo_tiny_cpu.yaml")
+    saved = saved_checkpoint(tmp_path / "run", 5, loaded)
+    with pytest.raises(MMPOInputError) as error:
+        load(saved)
+    message = str(error.value)
+    assert "\n" not in message and "--config RECIPE key=value" in message
+    assert "step_5" in message and "nemo_mmpo_recipe.yaml is missing" in message
 
 
 def test_a_recipe_whose_base_is_missing_is_refused_not_half_validated(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ import runpy
 from unittest import mock
 
 import pytest
+from single_controller_recipe import SINGLE_CONTROLLER_RECIPE
 from snapshots import snapshot_archives, unpack
 
 from nemo_mmpo.errors import handle
@@ -23,36 +24,6 @@ ARCHIVES = {
     path.name.removeprefix("nemo-rl-").removesuffix(".tar.gz"): path for path in snapshot_archives()
 }
 RECIPE = "mmpo_single_controller_test.yaml"
-#: the paper's recipe as a single-controller run (NeMo-RL's own single-controller recipe,
-#: grpo_math_1B_megatron_single_controller.yaml, sets the same)
-SINGLE_CONTROLLER_RECIPE = """\
-defaults:
-  - {base}
-
-grpo:
-  async_grpo: null
-  val_period: 0
-  val_at_start: false
-  val_at_end: false
-
-async_rl:
-  sampler:
-    name: in_order
-    max_lookahead_versions: 0
-  min_groups_for_streaming_train: 16
-  max_inflight_prompts: 16
-
-data_plane:
-  enabled: true
-
-checkpointing:
-  metric_name: null
-
-policy:
-  generation:
-    vllm_cfg:
-      async_engine: true
-"""
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ batched_module = import_nemo_rl("nemo_rl.distributed.batched_data_dict")
 config_module = import_nemo_rl("nemo_rl.utils.config")
 
 from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows, moment_objective
-from nemo_mmpo.checkout import find_nemo_rl_root, link_nemo_rl_configs
+from nemo_mmpo.checkout import find_nemo_rl_root
 from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,14 +130,18 @@ def test_mmpo_loss_is_the_clipped_surrogate_without_kl():
     assert metrics["kl_penalty"] == 0
 
 
-def test_recipes_load_with_nemo_rl_own_loader():
+def test_recipes_load_with_nemo_rl_own_loader(tmp_path):
+    """NeMo-RL's ``load_config`` reads each recipe as the entry point hands it to its
+    ``run_grpo.py``: composed, in the run's record."""
+    from nemo_mmpo.recipes import load, write_run_record
+
     root = find_nemo_rl_root()
     if root is None:
         pytest.skip("no NeMo-RL checkout with examples/configs found (set NEMO_RL_PATH)")
-    link_nemo_rl_configs(root)
     config_module.register_omegaconf_resolvers()
     for recipe in sorted((ROOT / "examples" / "configs").glob("*.yaml")):
-        config = config_module.load_config(str(recipe))
+        record = write_run_record(load(recipe), tmp_path / recipe.stem)
+        config = config_module.load_config(str(record))
         config = config_module.parse_hydra_overrides(
             config, ["grpo.adv_estimator.truncation_order=3"]
         )

@@ -29,7 +29,8 @@ from typing import Literal
 
 import pytest
 import torch
-from nemo_rl_support import import_nemo_rl, master_config_from_recipe
+from nemo_rl_support import import_nemo_rl, master_config_from_recipe, nemo_rl_checkout
+from single_controller_recipe import SINGLE_CONTROLLER_RECIPE
 
 pytestmark = pytest.mark.nemo_rl
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
@@ -198,23 +199,6 @@ def test_the_estimator_honours_valid_mask_as_the_trainer_passes_it():
 
 
 # --- #3773 as merged: the single controller's MasterConfig holds grpo beside ppo -------------
-SC_RECIPE = """\
-defaults:
-  - {base}
-grpo:
-  async_grpo: null
-  val_period: 0
-  val_at_start: false
-  val_at_end: false
-async_rl:
-  sampler: {{name: in_order, max_lookahead_versions: 0}}
-  min_groups_for_streaming_train: 16
-  max_inflight_prompts: 16
-data_plane:
-  enabled: true
-checkpointing:
-  metric_name: null
-"""
 
 
 def grpo_beside_ppo(source: str) -> str:
@@ -233,19 +217,17 @@ def grpo_beside_ppo(source: str) -> str:
 
 
 def single_controller_sections(tmp_path, overrides=()) -> dict:
-    """A single-controller recipe (the paper's, with ``async_rl``), as its entry point loads it."""
+    """A single-controller recipe (the paper's, with ``async_rl``), as its entry point loads it
+    (``nemo_mmpo.recipes.load``: its ``nemo_rl/`` bases read from this session's checkout)."""
     from omegaconf import OmegaConf
 
-    from nemo_mmpo.checkout import CONFIGS_DIR, find_nemo_rl_root, link_nemo_rl_configs
+    from nemo_mmpo.checkout import CONFIGS_DIR
+    from nemo_mmpo.recipes import load
 
-    config_module = import_nemo_rl("nemo_rl.utils.config")
-    link_nemo_rl_configs(find_nemo_rl_root())  # the paper recipe's nemo_rl/ bases: this checkout's
     recipe = tmp_path / "single_controller.yaml"
-    recipe.write_text(SC_RECIPE.format(base=CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"))
-    config_module.register_omegaconf_resolvers()
-    config = config_module.load_config(str(recipe))
-    if overrides:
-        config = config_module.parse_hydra_overrides(config, list(overrides))
+    paper = CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"
+    recipe.write_text(SINGLE_CONTROLLER_RECIPE.format(base=paper))
+    config = load(recipe, list(overrides), nemo_rl_root=nemo_rl_checkout()).config
     sections = OmegaConf.to_container(config, resolve=True)
     return {key: item for key, item in sections.items() if key not in ("cpu_backend", "evaluation")}
 
