@@ -219,16 +219,13 @@ def grpo_beside_ppo(source: str) -> str:
 def single_controller_sections(tmp_path, overrides=()) -> dict:
     """A single-controller recipe (the paper's, with ``async_rl``), as its entry point loads it
     (``nemo_mmpo.recipes.load``: its ``nemo_rl/`` bases read from this session's checkout)."""
-    from omegaconf import OmegaConf
-
     from nemo_mmpo.checkout import CONFIGS_DIR
     from nemo_mmpo.recipes import load
 
     recipe = tmp_path / "single_controller.yaml"
     paper = CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"
     recipe.write_text(SINGLE_CONTROLLER_RECIPE.format(base=paper))
-    config = load(recipe, list(overrides), nemo_rl_root=nemo_rl_checkout()).config
-    sections = OmegaConf.to_container(config, resolve=True)
+    sections = load(recipe, list(overrides), nemo_rl_root=nemo_rl_checkout()).config  # resolved
     return {key: item for key, item in sections.items() if key not in ("cpu_backend", "evaluation")}
 
 
