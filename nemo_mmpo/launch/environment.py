@@ -58,15 +58,14 @@ def reexecute_in_nemo_rl(script: Path, argv: list[str], reason: str, repo_root: 
     """Replace this process by ``script argv`` inside NeMo-RL's uv project, or exit saying how
     to run it. In NeMo-RL's container uv's own variables (``UV_PROJECT_ENVIRONMENT``,
     ``UV_NO_SYNC``) make that the prepared environment, with no sync."""
-    root = nemo_rl_root_without_imports()
-    uv = uv_executable()
-    if root is None or os.environ.get(REEXEC_FLAG) or uv is None:
+    if not can_reexecute():
         sys.exit(
             f"run_mmpo_math.py: {reason}. Run it inside NeMo-RL's environment: in its container "
             "(NeMo-RL at /opt/nemo-rl), or set NEMO_RL_PATH=<your NeMo-RL v0.7.0 checkout> and "
             "have `uv` on PATH. For a plan without NeMo-RL use --dry-run from an environment "
             "with nemo-mmpo's launch extra (pip install -e '.[launch]')."
         )
+    root, uv = nemo_rl_root_without_imports(), uv_executable()
     environment = dict(os.environ, NEMO_RL_PATH=str(root))
     environment[REEXEC_FLAG] = "1"
     environment["PYTHONPATH"] = os.pathsep.join(
