@@ -15,8 +15,6 @@
 #   NEMO_RL_RECORD=1   re-record NeMo-RL's outcomes without install() for each snapshot
 #   NEMO_MMPO_SIDE_BY_SIDE=0  the snapshots' sessions of our tests one after the other (default:
 #                      side by side)
-#   NEMO_MMPO_AFTER    a file whose existence NeMo-RL's own unit tests wait for (scripts/test.sh:
-#                      the Slurm suite's end; its Ray clusters would be found by address="auto")
 # The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
 # the interpreter or a snapshot changes. Under CI=true a NeMo-RL that fails to import, or a
 # missing Python 3.13 while the snapshots are present, fails the run instead of skipping.
@@ -142,6 +140,73 @@ for ref in "${refs[@]}"; do
         "${session[@]}" >"$log" 2>&1 || code_of[$ref]=$?
     fi
 done
+# NeMo-RL's own unit tests of its algorithms, each snapshot's after the other; their lines are
+# kept for the end (unit_lines). Their conftest's init_ray() joins any Ray cluster it can see
+# (ray.init(address="auto") finds every GCS process on the machine: our sessions', the Slurm
+# suite's jobs'), and grpo_train's memory tracker (ray's memory_summary()) fails where it sees
+# more than one. In a PID namespace of their own (unshare, as root: CI) they see only theirs and
+# need not wait for the others to end; elsewhere they run after our sessions (the Slurm suite
+# runs only as root).
+unit_lines=()
+own_pid_namespace=()
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+    own_pid_namespace=(unshare --pid --fork --mount-proc)
+fi
+run_nemo_rls_unit_tests() {
+    for ref in "${resolved[@]}"; do
+        nemo_rl="${nemo_rl_of[$ref]}"
+        if [[ "${NEMO_RL_UPSTREAM:-1}" != "0" && -d "$nemo_rl/tests/unit/algorithms" ]]; then
+            # NeMo-RL's own unit tests with install(); without it they were recorded once per
+            # snapshot (tests/nemo_rl_upstream/baseline-<ref>.txt, keyed by the archive's sha256).
+            # A checkout, a new snapshot or NEMO_RL_RECORD=1 runs (and records) both.
+            baseline="tests/nemo_rl_upstream/baseline-$ref.txt"
+            checksum=""
+            [[ -n "${archive_of[$ref]:-}" ]] && checksum="$(sha256sum "${archive_of[$ref]}" | cut -d' ' -f1)"
+            baseline_or_report="$baseline"
+            modes=(with)
+            if [[ -z "$checksum" || "${NEMO_RL_RECORD:-0}" == "1" || \
+                  "$(compare_tool --checksum "$baseline")" != "$checksum" ]]; then
+                modes=(without with)
+                baseline_or_report="$logs/unit-$ref-without.xml"
+            fi
+            # --maxfail overrides the -x of NeMo-RL's addopts: every outcome is compared.
+            # test_async_utils.py (NeMo-RL's replay-buffer and trajectory-collector actors, ~460 s
+            # a run of Ray waits, none reaching a hooked name) runs with NEMO_RL_UPSTREAM=all.
+            deselect=()
+            excluded=()
+            if [[ "${NEMO_RL_UPSTREAM:-1}" != "all" && "${modes[0]}" == with ]]; then  # records: all
+                deselect=(--ignore=tests/unit/algorithms/test_async_utils.py)
+                excluded=(--exclude=tests/unit/algorithms/test_async_utils.py)
+            fi
+            for mode in "${modes[@]}"; do
+                plugin=()
+                [[ $mode == with ]] && plugin=(-p nemo_mmpo_installed)
+                set +e
+                (cd "$nemo_rl" && PYTHONPATH="$nemo_rl:$ROOT:$ROOT/tests/nemo_rl_upstream" \
+                    "${own_pid_namespace[@]}" "$VENV/bin/python" -m pytest tests/unit/algorithms -q -p no:cacheprovider \
+                    --maxfail=1000000 -W ignore "${plugin[@]}" "${deselect[@]}" --junitxml="$ROOT/$logs/unit-$ref-$mode.xml" \
+                    >"$ROOT/$logs/unit-$ref-$mode.log" 2>&1)
+                set -e
+            done
+            if [[ "${modes[0]}" == without && -n "$checksum" ]]; then
+                compare_tool --record "$logs/unit-$ref-without.xml" "$baseline" "$checksum"
+                unit_lines+=("nemo-rl $ref unit tests: recorded NeMo-RL's outcomes without install() in $baseline")
+            fi
+            line="$(compare_tool "$baseline_or_report" "$logs/unit-$ref-with.xml" "${excluded[@]}")" || status=1
+            unit_lines+=("nemo-rl $ref unit tests: $line")
+        fi
+    done
+}
+
+# In their own PID namespace, with our sessions side by side, NeMo-RL's unit tests start as soon
+# as the first session ends (main's: shorter), on the core its end frees, beside the other's
+# tail; otherwise at the end.
+early=0
+if [[ $side_by_side == 1 && ${#own_pid_namespace[@]} -gt 0 ]]; then
+    early=1
+    wait -n "${pid_of[@]}" 2>/dev/null || true  # its status is read below (bash keeps it)
+    run_nemo_rls_unit_tests
+fi
 for ref in "${resolved[@]}"; do
     log="${log_of[$ref]}"
     code="${code_of[$ref]:-0}"
@@ -162,58 +227,6 @@ for ref in "${resolved[@]}"; do
     grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true  # Megatron layouts' differences; the worker's runs; the watcher on its checkpoints
 done
 
-# NeMo-RL's own unit tests, once our sessions' Ray clusters are gone
-for ref in "${resolved[@]}"; do
-    nemo_rl="${nemo_rl_of[$ref]}"
-    if [[ "${NEMO_RL_UPSTREAM:-1}" != "0" && -d "$nemo_rl/tests/unit/algorithms" ]]; then
-        # NeMo-RL's tests find Ray by address="auto", which joins any GCS process it sees: not
-        # while the Slurm suite's jobs run beside this one (scripts/test.sh says when they end)
-        if [[ -n "${NEMO_MMPO_AFTER:-}" && ! -e "$NEMO_MMPO_AFTER" ]]; then
-            echo "nemo-rl $ref unit tests: waiting for $NEMO_MMPO_AFTER (the Slurm suite's end)"
-            while [[ ! -e "$NEMO_MMPO_AFTER" ]]; do sleep 5; done
-        fi
-        # NeMo-RL's own unit tests with install(); without it they were recorded once per
-        # snapshot (tests/nemo_rl_upstream/baseline-<ref>.txt, keyed by the archive's sha256).
-        # A checkout, a new snapshot or NEMO_RL_RECORD=1 runs (and records) both.
-        baseline="tests/nemo_rl_upstream/baseline-$ref.txt"
-        checksum=""
-        [[ -n "${archive_of[$ref]:-}" ]] && checksum="$(sha256sum "${archive_of[$ref]}" | cut -d' ' -f1)"
-        baseline_or_report="$baseline"
-        modes=(with)
-        if [[ -z "$checksum" || "${NEMO_RL_RECORD:-0}" == "1" || \
-              "$(compare_tool --checksum "$baseline")" != "$checksum" ]]; then
-            modes=(without with)
-            baseline_or_report="$logs/unit-$ref-without.xml"
-        fi
-        # --maxfail overrides the -x of NeMo-RL's addopts: every outcome is compared.
-        # test_async_utils.py (NeMo-RL's replay-buffer and trajectory-collector actors, ~460 s
-        # a run of Ray waits, none reaching a hooked name) runs with NEMO_RL_UPSTREAM=all.
-        deselect=()
-        excluded=()
-        if [[ "${NEMO_RL_UPSTREAM:-1}" != "all" && "${modes[0]}" == with ]]; then  # records: all
-            deselect=(--ignore=tests/unit/algorithms/test_async_utils.py)
-            excluded=(--exclude=tests/unit/algorithms/test_async_utils.py)
-        fi
-        for mode in "${modes[@]}"; do
-            plugin=()
-            [[ $mode == with ]] && plugin=(-p nemo_mmpo_installed)
-            set +e
-            (cd "$nemo_rl" && PYTHONPATH="$nemo_rl:$ROOT:$ROOT/tests/nemo_rl_upstream" \
-                "$VENV/bin/python" -m pytest tests/unit/algorithms -q -p no:cacheprovider \
-                --maxfail=1000000 -W ignore "${plugin[@]}" "${deselect[@]}" --junitxml="$ROOT/$logs/unit-$ref-$mode.xml" \
-                >"$ROOT/$logs/unit-$ref-$mode.log" 2>&1)
-            set -e
-        done
-        if [[ "${modes[0]}" == without && -n "$checksum" ]]; then
-            compare_tool --record "$logs/unit-$ref-without.xml" "$baseline" "$checksum"
-            echo "nemo-rl $ref unit tests: recorded NeMo-RL's outcomes without install() in $baseline"
-        fi
-        if line="$(compare_tool "$baseline_or_report" "$logs/unit-$ref-with.xml" "${excluded[@]}")"; then
-            echo "nemo-rl $ref unit tests: $line"
-        else
-            echo "nemo-rl $ref unit tests: $line"
-            status=1
-        fi
-    fi
-done
+[[ $early == 1 ]] || run_nemo_rls_unit_tests
+for line in "${unit_lines[@]}"; do echo "$line"; done
 exit $status

@@ -149,6 +149,10 @@ def test_one_train_step_with_nemo_rl_loss_raises_the_advantaged_response():
     assert len(results["all_mb_metrics"]["probs_ratio"]) == 2  # one per micro-batch
 
 
+# CI time: these two on main only; on v0.7.0 the separate engine is refit at every step of
+# test_tiny_run.py's async run, and on both test_the_engines_and_stand_ins_implement_nemo_rl_
+# interfaces checks it against the interface each snapshot declares
+@pytest.mark.main_snapshot
 def test_separate_engine_samples_at_the_temperature_of_its_config(ray_cluster):
     """The separate engine's log-probabilities (computed in its own process, on its own copy
     of the weights) are ``log softmax(logits / 0.7)`` of the tokens it sampled at 0.7."""
@@ -163,6 +167,7 @@ def test_separate_engine_samples_at_the_temperature_of_its_config(ray_cluster):
     assert_generation_logprobs_follow_the_temperature(policy.model, output, prompts, 0.7)
 
 
+@pytest.mark.main_snapshot
 def test_separate_engine_samples_from_its_copy_until_a_refit_sends_the_policys_weights(
     ray_cluster,
 ):
