@@ -30,10 +30,11 @@ ppo = import_nemo_rl("nemo_rl.algorithms.ppo")
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl import hooks, install
-from nemo_mmpo.nemo_rl.hooks import MARK, SUPPORTED, factory_names
+from nemo_mmpo.nemo_rl import install, wrappers
+from nemo_mmpo.nemo_rl.hooks import MARK, SUPPORTED
 from nemo_mmpo.nemo_rl.loss import DMPOLossFn
 from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATORS
+from nemo_mmpo.nemo_rl.refusals import factory_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DMPO_RECIPE = "dmpo_math_qwen3_1.7b.yaml"
@@ -108,7 +109,7 @@ def test_validate_sync_runs_the_paper_evaluation_in_the_sync_trainer(monkeypatch
         calls.append((generation, step, settings.in_loop))
         return {"accuracy": 0.25, "paper/average": 0.25}, {"total_validation_time": 1.0}
 
-    monkeypatch.setattr(hooks, "validate_in_loop", recorded)
+    monkeypatch.setattr(wrappers, "validate_in_loop", recorded)
 
     def trainer(policy, policy_generation, master_config):
         """NeMo-RL's grpo_train_sync as far as validation: validate_sync, called as at :510."""
@@ -121,7 +122,7 @@ def test_validate_sync_runs_the_paper_evaluation_in_the_sync_trainer(monkeypatch
             master_config=master_config,
         )
 
-    train = hooks._sync_trainer(trainer)  # as install() wraps grpo_train_sync
+    train = wrappers.sync_trainer(trainer)  # as install() wraps grpo_train_sync
     engine = object()
     metrics, timings = train(None, engine, in_loop_config(True))
     assert calls == [(engine, 3, True)]

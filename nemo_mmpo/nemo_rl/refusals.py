@@ -1,0 +1,100 @@
+"""What our settings cannot train, per NeMo-RL trainer: each check reads a config and returns the
+one-line reason (or ``None``), which the hooks (:mod:`nemo_mmpo.nemo_rl.wrappers`) raise as
+:class:`~nemo_mmpo.errors.MMPOInputError` before NeMo-RL builds anything. Also
+:func:`factory_names`, the estimator names NeMo-RL's own factory handles, read from its source
+(``install()`` refuses a NeMo-RL whose factory knows one of ours; PPO's refusal names them)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
+from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
+from nemo_mmpo.nemo_rl.names import DMPO_LOSS, MMPO_LOSS
+
+#: ``problem(config) -> message or None``: why our setting cannot run in a trainer
+Problem = Callable[[Any], "str | None"]
+
+
+def refuse(problem: Problem | None, config: Any) -> None:
+    message = None if problem is None else problem(config)
+    if message is not None:
+        raise MMPOInputError(message)
+
+
+def dmpo_refused(trainer: str) -> Problem:
+    """``loss_fn.name: dmpo`` in a trainer that never calls the penalties hook."""
+
+    def problem(loss_config: Any) -> str | None:
+        if not dmpo.is_dmpo_loss(loss_config):
+            return None
+        return (
+            f"loss_fn.name={DMPO_LOSS} cannot train in NeMo-RL's {trainer}: it never calls "
+            "_apply_configured_message_level_advantage_penalties, where nemo-mmpo adds DMPO's "
+            "batch terms. Use run_grpo.py with data_plane.enabled=false (grpo_train or "
+            "async_grpo_train), or loss_fn.name=mmpo"
+        )
+
+    return problem
+
+
+def in_master_config(problem: Problem) -> Problem:
+    return lambda master_config: problem(sections.value(master_config, "loss_fn"))
+
+
+def ppo_loss_problem(loss_config: Any) -> str | None:
+    name = sections.value(loss_config, "name")
+    if name not in (MMPO_LOSS, DMPO_LOSS):
+        return None
+    return (
+        f"loss_fn.name={name}: NeMo-RL's PPO (nemo_rl.algorithms.ppo, run_ppo.py) builds its "
+        f"own ClippedPGLossFn and trains with a value model, which nemo-mmpo does not hook: it "
+        f"would train NeMo-RL's loss under the name {name}. Train {name} with GRPO "
+        "(nemo-mmpo train, or run_grpo.py after nemo_mmpo.nemo_rl.install()), or remove "
+        "loss_fn.name from the PPO recipe"
+    )
+
+
+def ppo_estimator_problem(nemo_rl_names: set[str]) -> Problem:
+    def problem(master_config: Any) -> str | None:
+        name = sections.value(master_config, "ppo.adv_estimator.name")
+        if not is_our_estimator(name) or name in nemo_rl_names:
+            return None
+        return (
+            f"ppo.adv_estimator.name={name}: nemo-mmpo's estimators are group-relative and "
+            "hook GRPO's factory; NeMo-RL's PPO (nemo_rl.algorithms.ppo) builds "
+            f"{', '.join(sorted(nemo_rl_names)) or 'its own estimators'} only. Train {name} "
+            "with GRPO (grpo.adv_estimator.name in a GRPO recipe), or choose a PPO estimator"
+        )
+
+    return problem
+
+
+def factory_names(factory: Any) -> set[str]:
+    """The estimator names NeMo-RL's ``factory`` handles itself: the string constants its source
+    compares with ``==``/``in`` (or matches in a ``case``); empty when its source is unreadable."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(factory)))
+    except (OSError, TypeError, SyntaxError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and all(
+            isinstance(op, ast.Eq | ast.In) for op in node.ops
+        ):
+            for side in (node.left, *node.comparators):
+                items = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+                names.update(
+                    item.value
+                    for item in items
+                    if isinstance(item, ast.Constant) and isinstance(item.value, str)
+                )
+        elif isinstance(node, ast.MatchValue) and isinstance(node.value, ast.Constant):
+            names.add(node.value.value)
+    return names

@@ -1,0 +1,233 @@
+"""The replacements :func:`~nemo_mmpo.nemo_rl.hooks.install` puts in place of NeMo-RL's names:
+each function here takes NeMo-RL's original and returns its wrapper (the table of which name
+gets which, per trainer, is :data:`~nemo_mmpo.nemo_rl.hooks.HOOKS`). A wrapper reads the
+arguments it needs by name, bound to the original's signature (:func:`bound_arguments`); the
+state they share is the estimator the factory hook built last (held weakly), whose metrics the
+logging hook takes, and the generation engine of the ``grpo_train_sync`` call in progress, which
+``validate_sync`` does not receive."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from typing import Any
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
+from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
+from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
+from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
+from nemo_mmpo.nemo_rl.refusals import (
+    Problem,
+    dmpo_refused,
+    factory_names,
+    in_master_config,
+    ppo_estimator_problem,
+    ppo_loss_problem,
+    refuse,
+)
+
+#: The estimator the factory hook built last (None: NeMo-RL's own): where the logging hook
+#: reads the step's metrics.
+_built_estimator: weakref.ref[MMPOAdvantageEstimator] | None = None
+#: The generation engine of the ``grpo_train_sync`` call in progress (``validate_sync`` samples
+#: through NeMo-RL's rollout actor and is not given it).
+_sync_generation: Any = None
+
+
+def bound_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by parameter name, as ``original`` would receive them."""
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    return dict(bound.arguments)
+
+
+def built_estimator() -> MMPOAdvantageEstimator | None:
+    """The estimator NeMo-RL's factory built last, when it was ours (and is still alive)."""
+    return None if _built_estimator is None else _built_estimator()
+
+
+def estimator_factory(
+    original: Any, problem: Problem | None = None, streaming_chunks: bool = False
+) -> Any:
+    @functools.wraps(original)
+    def create_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
+        global _built_estimator
+        master_config = bound_arguments(original, args, kwargs)["master_config"]
+        refuse(problem, master_config)
+        estimator_config = sections.value(master_config, "grpo.adv_estimator")
+        _built_estimator = None
+        if is_our_estimator(sections.value(estimator_config, "name")):
+            estimator = MMPOAdvantageEstimator(
+                estimator_config,
+                sections.value(master_config, "loss_fn"),
+                streaming_chunks=streaming_chunks,
+            )
+            print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
+            _built_estimator = weakref.ref(estimator)
+            return estimator
+        return original(*args, **kwargs)
+
+    return create_advantage_estimator
+
+
+def loss_factory(original: type, problem: Problem | None = None) -> Any:
+    from nemo_mmpo.nemo_rl.loss import build_loss  # imports nemo_rl: only once NeMo-RL is hooked
+
+    @functools.wraps(original, updated=())
+    def clipped_pg_loss(*args: Any, **kwargs: Any) -> Any:
+        refuse(problem, bound_arguments(original, args, kwargs)["cfg"])
+        return build_loss(original, *args, **kwargs)
+
+    return clipped_pg_loss
+
+
+def refusing(original: Any, parameter: str, problem: Problem) -> Any:
+    """NeMo-RL's ``original``, unless ``problem`` refuses its argument ``parameter``."""
+
+    @functools.wraps(original, updated=())
+    def refuse_or_call(*args: Any, **kwargs: Any) -> Any:
+        refuse(problem, bound_arguments(original, args, kwargs)[parameter])
+        return original(*args, **kwargs)
+
+    return refuse_or_call
+
+
+def metrics_logger(original: Any) -> Any:
+    @functools.wraps(original)
+    def log_rewards_and_advantages(*args: Any, **kwargs: Any) -> Any:
+        metrics = bound_arguments(original, args, kwargs)["metrics"]
+        result = original(*args, **kwargs)
+        estimator = built_estimator()
+        step_metrics = estimator.take_step_metrics() if estimator is not None else {}
+        if step_metrics:
+            # NeMo-RL sums each list-valued step metric over micro-batches and prints
+            # "Skipping aggregation" for scalars: a one-element list aggregates to the value.
+            metrics.update({key: [value] for key, value in step_metrics.items()})
+        return result
+
+    return log_rewards_and_advantages
+
+
+def batch_penalties(original: Any) -> Any:
+    @functools.wraps(original)
+    def apply_penalties(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        arguments = bound_arguments(original, args, kwargs)
+        loss_config = sections.value(arguments["master_config"], "loss_fn")
+        if not dmpo.is_dmpo_loss(loss_config):
+            return result
+        metrics = dmpo.attach_penalty_terms(
+            arguments["train_data"], dmpo.read_dmpo_settings(loss_config)
+        )
+        # NeMo-RL merges these into the step metrics and sums list values (see above).
+        return {**(result or {}), **{key: [value] for key, value in metrics.items()}}
+
+    return apply_penalties
+
+
+def validation(original: Any) -> Any:
+    @functools.wraps(original)
+    def validate(*args: Any, **kwargs: Any) -> Any:
+        arguments = bound_arguments(original, args, kwargs)
+        settings = in_loop_settings(arguments["master_config"])
+        if settings is None:
+            return original(*args, **kwargs)
+        return validate_in_loop(arguments["policy_generation"], arguments["step"], settings)
+
+    return validate
+
+
+def sync_trainer(original: Any) -> Any:
+    """``grpo_train_sync`` (grpo_sync.py:380 / :371): NeMo-RL's, its generation engine
+    remembered for the call (for :func:`sync_validation`)."""
+
+    @functools.wraps(original)
+    def grpo_train_sync(*args: Any, **kwargs: Any) -> Any:
+        global _sync_generation
+        _sync_generation = bound_arguments(original, args, kwargs)["policy_generation"]
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _sync_generation = None
+
+    return grpo_train_sync
+
+
+def sync_validation(original: Any) -> Any:
+    """``validate_sync`` (grpo_sync.py:236 / :226; called at :510 and :1016 / :506 and :979,
+    which unpack ``(metrics, timings)``): the paper's evaluation with ``evaluation.in_loop``,
+    as :func:`validation`; NeMo-RL's otherwise."""
+
+    @functools.wraps(original)
+    def validate_sync(*args: Any, **kwargs: Any) -> Any:
+        arguments = bound_arguments(original, args, kwargs)
+        settings = in_loop_settings(arguments["master_config"])
+        if settings is None:
+            return original(*args, **kwargs)
+        if _sync_generation is None:
+            raise MMPOInputError(
+                "evaluation.in_loop=true: NeMo-RL's validate_sync was called outside the hooked "
+                "grpo_train_sync, so the generation engine to evaluate is unknown: call "
+                "nemo_mmpo.nemo_rl.install() before importing grpo_train_sync, or set "
+                "evaluation.in_loop=false"
+            )
+        return validate_in_loop(_sync_generation, arguments["step"], settings)
+
+    return validate_sync
+
+
+# --- per trainer ------------------------------------------------------------------------------
+def sync_estimator_factory(original: Any) -> Any:
+    """``grpo_sync``'s factory: ours, and DMPO refused (``grpo_train_sync`` never calls the
+    penalties hook; NeMo-RL refuses message-level penalties there, grpo_sync.py:92 / :89)."""
+    trainer = "grpo_train_sync (data_plane.enabled=true)"
+    return estimator_factory(original, in_master_config(dmpo_refused(trainer)))
+
+
+def single_controller_estimator_factory(original: Any) -> Any:
+    """The single controller's factory (setup.py:784): ours, called once per streaming chunk
+    in its actor (single_controller.py:1778), so its metrics combine over a step's chunks."""
+    return estimator_factory(original, streaming_chunks=True)
+
+
+def gpu_only_setup(original: Any) -> Any:
+    """``setup_single_controller`` (run_grpo_single_controller.py:138): refused in one line on a
+    Ray cluster without GPUs, where NeMo-RL's single controller cannot run (docs/integration.md:
+    ``use_gpus=True`` at setup.py:147, 184, 193; the split training API's CUDA calls; async
+    vLLM), before NeMo-RL's own ``ResourceInsufficientError``; NeMo-RL's otherwise."""
+
+    @functools.wraps(original)
+    def setup_single_controller(*args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 1:
+            raise MMPOInputError(
+                "NeMo-RL's single controller (run_grpo_single_controller.py) cannot train on "
+                "this Ray cluster, which has no GPU: it builds its clusters with use_gpus=True "
+                "(single_controller_utils/setup.py:147, 184, 193), trains through "
+                "MegatronPolicyWorker's CUDA-only split training API and generates with async "
+                "vLLM only, which nemo-mmpo's CPU rig does not answer (docs/integration.md); "
+                "train on GPUs, or use run_grpo.py (remove async_rl)"
+            )
+        return original(*args, **kwargs)
+
+    return setup_single_controller
+
+
+def single_controller_loss_factory(original: type) -> Any:
+    """The single controller's loss (setup.py:787): ours, and DMPO refused (it never calls the
+    penalties hook)."""
+    trainer = "single controller (run_grpo_single_controller.py)"
+    return loss_factory(original, dmpo_refused(trainer))
+
+
+def ppo_estimator_factory(original: Any) -> Any:
+    """PPO's factory (ppo.py:1125 / :816): NeMo-RL's, our names refused."""
+    return refusing(original, "master_config", ppo_estimator_problem(factory_names(original)))
+
+
+def ppo_loss_factory(original: type) -> Any:
+    """PPO's ``ClippedPGLossFn`` (ppo.py:476 / :351): NeMo-RL's, our names refused."""
+    return refusing(original, "cfg", ppo_loss_problem)
