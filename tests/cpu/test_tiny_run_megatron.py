@@ -25,8 +25,9 @@ from pathlib import Path
 
 import in_loop_evaluation
 import pytest
+import torch
 from in_loop_evaluation import HELD_OUT_PROBLEMS
-from killed_runs import check_on_policy
+from killed_runs import check_on_policy, check_resumed
 from learning_check import check_gain, fifty_step_overrides
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
 
@@ -189,3 +190,125 @@ def test_megatron_recipe_trains_dmpo_on_policy(request, tmp_path, tiny_warm_star
         f"megatron-worker {nemo_rl_checkout().name}: NeMo-RL's MegatronPolicyWorker (TP2) trained "
         f"{RECIPE} with dmpo for {steps} steps (dmpo/ metrics at every step), on-policy",
     )
+
+
+#: one of the step metrics our estimator reports every step (``mmpo/``, in NeMo-RL's logger)
+MMPO_METRIC = "train/mmpo/success_rate"
+#: what NeMo-RL logs per step that is wall-clock, not training: left out of the comparison
+WALL_CLOCK = ("timing/", "performance/")
+
+
+def step_scalars(log_dir: Path, step: int) -> dict[str, float]:
+    """Every scalar NeMo-RL's logger wrote to TensorBoard at ``step`` under ``log_dir``, but
+    the wall-clock ones (:data:`WALL_CLOCK`)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = {}
+    for events in sorted((log_dir / "tensorboard").rglob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        for tag in accumulator.Tags().get("scalars", []):
+            for event in accumulator.Scalars(tag):
+                if event.step == step and not tag.startswith(WALL_CLOCK):
+                    found[tag] = event.value
+    return found
+
+
+def workers_checkpoint(step_folder: Path, out: Path) -> dict:
+    """The workers' ``torch_dist`` checkpoint of ``step_folder`` (every rank's shards: the
+    weights, Adam's moments and its parameter copy, its param groups), read with torch's
+    ``dcp_to_torch_save``."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    (iteration,) = (step_folder / "policy" / "weights").glob("iter_*")
+    dcp_to_torch_save(iteration, out)
+    return torch.load(out, weights_only=False)
+
+
+def same(first, second) -> bool:
+    """``first`` and ``second`` hold the same values, tensors bit for bit."""
+    if isinstance(first, torch.Tensor):
+        return isinstance(second, torch.Tensor) and torch.equal(first, second)
+    if isinstance(first, dict):
+        return (
+            isinstance(second, dict)
+            and first.keys() == second.keys()
+            and all(same(value, second[key]) for key, value in first.items())
+        )
+    if isinstance(first, (list, tuple)):
+        return (
+            type(first) is type(second)
+            and len(first) == len(second)
+            and all(map(same, first, second))
+        )
+    return first == second
+
+
+@pytest.mark.main_snapshot
+def test_a_resumed_run_takes_the_uninterrupted_runs_next_step(tmp_path, tiny_warm_starts):
+    """NeMo-RL main's ``grpo_train`` with its Megatron worker, three steps with a checkpoint at
+    step 2 (and the last); then a run resumed from that checkpoint alone (``step_2`` and the
+    start folder copied into a new ``checkpoint_dir``, a new ``log_dir``) takes step 3. Both
+    with ``cpu_backend.seeded_rollouts``: vLLM's engine is new in the resumed run, so without
+    per-rollout seeds its step-3 rollouts are other draws than the uninterrupted run's.
+
+    What holds by construction (same layout, TP2; same process, so the same thread counts;
+    float32; the workers' checkpoint restores weights, Adam and its step, NeMo-RL's dataloader
+    state the batch) and is asserted exactly equal at step 3: every rollout, reward, advantage,
+    vLLM's and the worker's log-probs of the training batch (``train_data_step3.jsonl``); every
+    scalar NeMo-RL logs but the wall-clock ones (loss, grad_norm, reward, our ``mmpo/``
+    metrics, ``token_mult_prob_error``...); and the step-3 checkpoint's weights and Adam state
+    (moments, parameter copy, param groups with the step): the log-probs after Adam are the
+    same function of the same weights. A fresh Adam (v0.7.0's resume, docs/cpu-answers.md)
+    gives the same step-3 loss but other weights after it."""
+    import shutil
+
+    from nemo_mmpo.cpu.engines.megatron_policy import START_FOLDER
+
+    checkpoint = import_nemo_rl("nemo_rl.utils.checkpoint")
+    steps = 3
+
+    def overrides(run: str) -> list[str]:
+        return [
+            *fifty_step_overrides(tmp_path / run, tiny_warm_starts),
+            f"grpo.max_num_steps={steps}",
+            "checkpointing.save_period=2",
+            "cpu_backend.seeded_rollouts=true",
+        ]
+
+    driver.run(load(CONFIGS_DIR / RECIPE, overrides("straight")).config, console=Console())
+    saved, copied = tmp_path / "straight" / "checkpoints", tmp_path / "resumed" / "checkpoints"
+    for folder in ("step_2", START_FOLDER):
+        shutil.copytree(saved / folder, copied / folder)
+    # NeMo-RL main's resume finds Adam's state in the workers' checkpoint
+    _, optimizer = checkpoint.CheckpointManager.get_resume_paths(copied / "step_2")
+    assert optimizer is not None, "a fresh Adam on resume"
+    console = Console()
+    summary = driver.run(load(CONFIGS_DIR / RECIPE, overrides("resumed")).config, console=console)
+    assert check_resumed(console.lines, summary, steps) == 2
+
+    logs = {run: tmp_path / run / "logs" for run in ("straight", "resumed")}
+    batches = {
+        run: [json.loads(line) for line in (log / f"train_data_step{steps}.jsonl").open()]
+        for run, log in logs.items()
+    }
+    assert batches["resumed"] == batches["straight"]
+    rollouts = {str(row["content"]) for row in batches["straight"]}
+    assert len(rollouts) > 8  # 8 prompts x 8 rollouts: a prompt's rollouts are its own draws
+    scalars = {run: step_scalars(log, steps) for run, log in logs.items()}
+    assert {"train/loss", "train/grad_norm", "train/reward", MMPO_METRIC} <= set(scalars["resumed"])
+    assert {"train/token_mult_prob_error", "train/gen_kl_error"} <= set(scalars["resumed"])
+    assert scalars["resumed"] == scalars["straight"]
+
+    after = {
+        run: workers_checkpoint(
+            tmp_path / run / "checkpoints" / f"step_{steps}", tmp_path / f"{run}_step_{steps}.pt"
+        )
+        for run in ("straight", "resumed")
+    }
+    adam = [name for name in after["straight"] if name.endswith((".exp_avg", ".exp_avg_sq"))]
+    assert adam and set(after["resumed"]) == set(after["straight"])
+    for name, value in after["straight"].items():
+        # the weights, Adam's moments and parameter copy; its param groups, the step among them
+        if isinstance(value, torch.Tensor) or ".optimizer/" in name:
+            assert same(after["resumed"][name], value), name

@@ -37,6 +37,14 @@ paper's evaluation (T 0.6, top-p 0.95) samples through the same engine inside Ne
 sampling parameters from ``policy.generation`` only; rows without the key (every training
 batch) are sampled exactly as NeMo-RL samples them.
 
+A second addition, opt-in (``cpu_backend.seeded_rollouts``): the sync worker's ``generate``
+gives every request its own vLLM seed (:func:`rollout_seed`: the run's seed, the prompt's
+tokens, the request's copy among that prompt's in the call) where NeMo-RL builds one parameter
+set for the call (``vllm_worker.py:657``, main; ``:507``, v0.7.0) and vLLM draws every request
+from its engine's RNG (``vllm_worker.py:932``, main; ``:685``, v0.7.0), whose state a resumed
+run does not have: seeded, a resumed run's rollouts are the uninterrupted run's at the same
+step. The seed travels in the generation config under :data:`ROLLOUT_SEED_KEY`.
+
 The shims go into every Ray worker process through Ray's ``worker_process_setup_hook``
 (:func:`install_on_import`, named by :data:`SETUP_HOOK`): they are applied when NeMo-RL's vLLM
 modules are imported there, so a process that never imports them (the math environment) pays
@@ -46,6 +54,7 @@ nothing. On a GPU machine none of this is installed.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -69,6 +78,22 @@ ENGINE_PROCESS_ENV = "NEMO_MMPO_VLLM_ENGINE_RAY"
 #: the data key of a batch whose rows carry their own sampler: one dict per row with
 #: ``temperature``, ``top_p``, ``max_new_tokens`` and ``seed`` (vLLM's per-request seed)
 ROW_SAMPLER_KEY = "nemo_mmpo_row_sampler"
+#: the generation config's key (``policy.generation`` as NeMo-RL's vLLM worker gets it, beside
+#: NeMo-RL's own ``_pad_token_id``) holding the seed every request of the sync worker's
+#: ``generate`` derives its own from (:func:`rollout_seed`); absent or None, NeMo-RL's sampling
+#: (every request from the engine's RNG). Set by
+#: :func:`nemo_mmpo.cpu.engines.vllm_generation.cpu_generation_config` from
+#: ``cpu_backend.seeded_rollouts``.
+ROLLOUT_SEED_KEY = "_nemo_mmpo_rollout_seed"
+
+
+def rollout_seed(seed: int, prompt_token_ids: Any, copy: int) -> int:
+    """vLLM's seed for the ``copy``-th request (from 0) of one ``generate`` call whose prompt is
+    ``prompt_token_ids``, in a run seeded ``seed``: only what a resumed run shares with the
+    uninterrupted one at the same step (not the engine's RNG, not the call's count), and
+    different for each of a prompt's rollouts (63 bits of SHA-256)."""
+    text = f"{seed} {copy} {list(prompt_token_ids)}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
 def _without_sleep_mode(create_engine: Callable) -> Callable:
@@ -108,63 +133,108 @@ def _gpu_ids_or_cpu(get_gpu_ids: Callable) -> Callable:
     return gpu_ids
 
 
-class _RowSamplers:
+class _PerRequest:
     """What the worker's ``self.llm`` and ``self.SamplingParams`` become for one ``generate``
-    call whose rows carry their own sampler: NeMo-RL builds its parameters as always (stop
-    tokens and strings, log-probs), with the rows' temperature, top-p and max tokens, and vLLM
-    gets one parameter set per row, each with the row's seed."""
+    call whose requests get their own parameters: NeMo-RL builds its parameters as always (stop
+    tokens and strings, log-probs; :meth:`shared` overrides some), and vLLM gets one parameter
+    set per request, NeMo-RL's arguments with :meth:`own`."""
 
-    def __init__(self, llm: Any, make_parameters: Callable, rows: list[dict[str, Any]]) -> None:
-        self.llm, self.make_parameters, self.rows = llm, make_parameters, rows
+    def __init__(self, llm: Any, make_parameters: Callable) -> None:
+        self.llm, self.make_parameters = llm, make_parameters
         self.settings: dict[int, dict[str, Any]] = {}  # id(parameters) -> NeMo-RL's arguments
 
+    def shared(self) -> dict[str, Any]:
+        return {}
+
+    def own(self, index: int, prompt: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
     def parameters(self, **settings: Any) -> Any:
-        first = self.rows[0]
-        settings.update(
-            temperature=first["temperature"],
-            top_p=first["top_p"],
-            max_tokens=first["max_new_tokens"],
-        )
+        settings.update(self.shared())
         made = self.make_parameters(**settings)
         self.settings[id(made)] = settings
         return made
 
     def generate(self, prompts: list, parameters: Any, *args: Any, **kwargs: Any) -> Any:
         each = parameters if isinstance(parameters, list) else [parameters] * len(prompts)
-        per_row = [
-            self.make_parameters(
-                **dict(
-                    self.settings[id(made)],
-                    temperature=row["temperature"],
-                    top_p=row["top_p"],
-                    max_tokens=row["max_new_tokens"],
-                    seed=row["seed"],
-                )
-            )
-            for made, row in zip(each, self.rows, strict=True)
+        per_request = [
+            self.make_parameters(**dict(self.settings[id(made)], **self.own(index, prompt)))
+            for index, (made, prompt) in enumerate(zip(each, prompts, strict=True))
         ]
-        return self.llm.generate(prompts, per_row, *args, **kwargs)
+        return self.llm.generate(prompts, per_request, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.llm, name)
 
 
-def _with_row_samplers(generate: Callable) -> Callable:
-    """The worker's ``generate(data, greedy)``, honouring :data:`ROW_SAMPLER_KEY` in ``data``."""
+class _RowSamplers(_PerRequest):
+    """A call whose rows carry their own sampler (:data:`ROW_SAMPLER_KEY`): NeMo-RL's
+    parameters with the rows' temperature, top-p and max tokens, each request with its row's
+    seed."""
 
-    def generate_with_row_samplers(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+    def __init__(self, llm: Any, make_parameters: Callable, rows: list[dict[str, Any]]) -> None:
+        super().__init__(llm, make_parameters)
+        self.rows = rows
+
+    def shared(self) -> dict[str, Any]:
+        first = self.rows[0]
+        return {
+            "temperature": first["temperature"],
+            "top_p": first["top_p"],
+            "max_tokens": first["max_new_tokens"],
+        }
+
+    def own(self, index: int, prompt: Any) -> dict[str, Any]:
+        row = self.rows[index]
+        return {
+            "temperature": row["temperature"],
+            "top_p": row["top_p"],
+            "max_tokens": row["max_new_tokens"],
+            "seed": row["seed"],
+        }
+
+
+class _SeededRollouts(_PerRequest):
+    """A training call (``cpu_backend.seeded_rollouts``): NeMo-RL's parameters (one set for
+    the call, ``vllm_worker.py:657`` on main, ``:507`` on v0.7.0), each request with its
+    :func:`rollout_seed` (the run's ``seed``, its prompt's tokens, its copy among the requests
+    of that prompt so far), where vLLM would draw them all from the engine's RNG
+    (``vllm_worker.py:932``, main; ``:685``, v0.7.0)."""
+
+    def __init__(self, llm: Any, make_parameters: Callable, seed: int) -> None:
+        super().__init__(llm, make_parameters)
+        self.seed = seed
+        self.copies: dict[str, int] = {}
+
+    def own(self, index: int, prompt: Any) -> dict[str, Any]:
+        tokens = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
+        key = repr(prompt) if tokens is None else repr(list(tokens))
+        copy = self.copies.get(key, 0)
+        self.copies[key] = copy + 1
+        return {"seed": rollout_seed(self.seed, tokens if tokens is not None else key, copy)}
+
+
+def _with_per_request_parameters(generate: Callable) -> Callable:
+    """The worker's ``generate(data, greedy)``, honouring :data:`ROW_SAMPLER_KEY` in ``data``,
+    else :data:`ROLLOUT_SEED_KEY` in the worker's generation config (``self.cfg``)."""
+
+    def generate_per_request(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
         rows = data.get(ROW_SAMPLER_KEY) if hasattr(data, "get") else None
-        if not rows:
-            return generate(self, data, *args, **kwargs)
+        seed = self.cfg.get(ROLLOUT_SEED_KEY)
         llm, make_parameters = self.llm, self.SamplingParams
-        samplers = _RowSamplers(llm, make_parameters, list(rows))
-        self.llm, self.SamplingParams = samplers, samplers.parameters
+        if rows:
+            per_request = _RowSamplers(llm, make_parameters, list(rows))
+        elif seed is not None:
+            per_request = _SeededRollouts(llm, make_parameters, int(seed))
+        else:
+            return generate(self, data, *args, **kwargs)
+        self.llm, self.SamplingParams = per_request, per_request.parameters
         try:
             return generate(self, data, *args, **kwargs)
         finally:
             self.llm, self.SamplingParams = llm, make_parameters
 
-    return generate_with_row_samplers
+    return generate_per_request
 
 
 #: the row sampler of the async worker's ``generate_async`` call in progress (one row per
@@ -231,8 +301,9 @@ def _shim_workers(module: Any) -> None:
     """Every ``_create_engine`` defined in ``module`` (sync or async worker) without sleep mode;
     the worker's NUMA binding (``vllm_worker.py:196``, keyed by ``ray.get_gpu_ids()[0]``, empty
     on a CPU actor) answered with nothing to bind; the sync worker's ``generate`` and the
-    async worker's ``generate_async`` honouring per-row samplers (:data:`ROW_SAMPLER_KEY`); the
-    async worker's engine processes shimmed too (:func:`_engine_processes_shimmed`)."""
+    async worker's ``generate_async`` honouring per-row samplers (:data:`ROW_SAMPLER_KEY`), the
+    sync worker's also the rollout seeds (:data:`ROLLOUT_SEED_KEY`); the async worker's engine
+    processes shimmed too (:func:`_engine_processes_shimmed`)."""
     import ray
     from nemo_rl.distributed import numa_utils
 
@@ -248,7 +319,7 @@ def _shim_workers(module: Any) -> None:
             setattr(shimmed, _PATCHED, True)
             cls._create_engine = shimmed
         per_module = (
-            {"generate": _with_row_samplers}
+            {"generate": _with_per_request_parameters}
             if module.__name__ == _WORKER
             else {
                 "generate_async": _with_row_sampler_async,

@@ -27,7 +27,7 @@ from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 from nemo_rl.models.generation import configure_generation_config
 from nemo_rl.models.generation.vllm import VllmGeneration
 
-from nemo_mmpo.cpu.answers.vllm_shims import ROW_SAMPLER_KEY
+from nemo_mmpo.cpu.answers.vllm_shims import ROLLOUT_SEED_KEY, ROW_SAMPLER_KEY
 from nemo_mmpo.cpu.engines.sampling import encode_prompts
 from nemo_mmpo.eval.generate import row_seed
 
@@ -52,12 +52,19 @@ CPU_VLLM_CFG: dict[str, Any] = {
 
 
 def cpu_generation_config(
-    generation: dict[str, Any], model_dir: str | Path, max_model_len: int, tokenizer: Any
+    generation: dict[str, Any],
+    model_dir: str | Path,
+    max_model_len: int,
+    tokenizer: Any,
+    rollout_seed: int | None = None,
 ) -> dict[str, Any]:
     """NeMo-RL's ``policy.generation`` for a vLLM engine on CPU: ``backend: vllm``,
     ``model_name`` the saved model, :data:`CPU_VLLM_CFG` where unset, a colocated engine
     unless the recipe says otherwise; then NeMo-RL's own ``configure_generation_config``
-    (pad and stop tokens, ``load_format: dummy``, ``skip_tokenizer_init``)."""
+    (pad and stop tokens, ``load_format: dummy``, ``skip_tokenizer_init``). ``rollout_seed``
+    (``TinySettings.rollout_seed()``: ``cpu_backend.seeded_rollouts``): every request of the
+    worker's ``generate`` gets its own vLLM seed derived from it
+    (:data:`~nemo_mmpo.cpu.answers.vllm_shims.ROLLOUT_SEED_KEY`)."""
     config = copy.deepcopy(dict(generation))
     vllm_cfg = dict(CPU_VLLM_CFG, **(config.get("vllm_cfg") or {}))
     vllm_cfg.setdefault("max_model_len", max_model_len)
@@ -69,6 +76,8 @@ def cpu_generation_config(
     config.setdefault("vllm_kwargs", {})
     for key in ("top_k", "stop_token_ids", "stop_strings"):
         config.setdefault(key, None)
+    if rollout_seed is not None:
+        config[ROLLOUT_SEED_KEY] = int(rollout_seed)
     return configure_generation_config(config, tokenizer)
 
 

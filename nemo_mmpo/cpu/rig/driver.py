@@ -487,7 +487,7 @@ def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[t
     generation_config = master["policy"]["generation"]
     vllm = settings.engine == "vllm"
     if vllm:  # NeMo-RL's own VllmGeneration, on vLLM's CPU build
-        generation = _vllm_engine(policy, master)
+        generation = _vllm_engine(policy, master, settings.rollout_seed())
     elif asynchronous:  # NeMo-RL's async layout: generation in its own process
         generation = SeparateCPUGeneration(
             policy, generation_config, settings.seed, placement.generation
@@ -507,10 +507,11 @@ def cpu_engines(policy: Any, settings: TinySettings, master: dict) -> Iterator[t
         ray.kill(environment)
 
 
-def _vllm_engine(policy: Any, master: dict) -> Any:
+def _vllm_engine(policy: Any, master: dict, rollout_seed: int | None = None) -> Any:
     """NeMo-RL's ``VllmGeneration`` on a CPU Ray bundle, started from the policy's weights
     saved in ``<logger.log_dir>/vllm_model`` (vLLM reads the config and tokenizer there; its
-    weights arrive by NeMo-RL's refit, through Ray's object store)."""
+    weights arrive by NeMo-RL's refit, through Ray's object store); ``rollout_seed``
+    (``cpu_backend.seeded_rollouts``): each rollout its own vLLM seed derived from it."""
     from nemo_mmpo.cpu.answers import vllm_refit
     from nemo_mmpo.cpu.engines import vllm_generation
 
@@ -527,6 +528,7 @@ def _vllm_engine(policy: Any, master: dict) -> Any:
         model_dir,
         int(master["policy"]["max_total_sequence_length"]),
         policy.tokenizer,
+        rollout_seed,
     )
     policy.weight_mailbox = vllm_refit.start_mailbox()
     return vllm_generation.cpu_vllm_generation(policy, config)

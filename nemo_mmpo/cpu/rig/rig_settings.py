@@ -16,6 +16,10 @@ cpu_backend:
   placement: {}                 # Ray actor options of the generation engine / environment
   stall_timeout_s: 600          # async runs: an error when no step or evaluation is logged
                                 # for this long (NeMo-RL's async loop waits without a deadline)
+  seeded_rollouts: false        # engine vllm, grpo_train: each rollout its own vLLM seed, from
+                                # the seed, the prompt's tokens and its copy among the prompt's
+                                # rollouts, so a resumed run samples what the uninterrupted one
+                                # samples at the same step (vLLM's engine starts afresh)
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class TinySettings(Settings):
     warm_start_cache: str | None = "results/warm_starts"
     placement: Placement = Field(default_factory=Placement)
     stall_timeout_s: float = Field(600.0, gt=0.0)
+    seeded_rollouts: bool = False
 
     @model_validator(mode="after")
     def _megatron_refits_vllm(self) -> TinySettings:
@@ -78,6 +83,12 @@ class TinySettings(Settings):
         CPU per bundle) plus the vLLM engine's bundle and the math environment; at least 2."""
         return self.megatron_ranks + 2 if self.policy == "megatron" else 2
 
+    def rollout_seed(self) -> int | None:
+        """The seed every training rollout's vLLM seed is derived from
+        (:func:`~nemo_mmpo.cpu.answers.vllm_shims.rollout_seed`), or None: with
+        ``seeded_rollouts`` and the vLLM engine, :attr:`seed`."""
+        return self.seed if self.seeded_rollouts and self.engine == "vllm" else None
+
     def warm_start_spec(self, generation: dict[str, Any]) -> WarmStartSpec:
         """What determines this recipe's warm start (its cache key), with the RL run's sampler
         (``policy.generation``)."""
@@ -95,6 +106,9 @@ class TinySettings(Settings):
 ASYNC_ONLY_KEYS = ("stall_timeout_s",)
 #: ``cpu_backend`` keys only the Megatron policy reads.
 MEGATRON_ONLY_KEYS = ("megatron_ranks",)
+#: ``cpu_backend`` keys only NeMo-RL's vLLM engine in a synchronous run reads (the seed of each
+#: rollout of ``generate``; the async engine is asked one rollout a call).
+SYNC_VLLM_ONLY_KEYS = ("seeded_rollouts",)
 
 
 def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
@@ -109,6 +123,18 @@ def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
             TinySettings, section, CPU_SECTION, "the run trains on GPUs through NeMo-RL's workers"
         )
     unread = []
+    if settings.engine != "vllm" or asynchronous:
+        why = (
+            f"{CPU_SECTION}.engine={settings.engine}"
+            if settings.engine != "vllm"
+            else "grpo.async_grpo.enabled=true"
+        )
+        unread += [
+            f"{CPU_SECTION}.{key}={value!r} is not read with {why}: only NeMo-RL's vLLM engine "
+            "in a synchronous run (engine vllm, its generate) seeds each rollout; this run "
+            "ignores it"
+            for key, value in changed_settings(TinySettings, section, SYNC_VLLM_ONLY_KEYS).items()
+        ]
     if settings.policy != "megatron":
         unread += [
             f"{CPU_SECTION}.{key}={value!r} is not read with {CPU_SECTION}.policy="
