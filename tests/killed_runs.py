@@ -41,13 +41,20 @@ def as_in_nemo_rls_container() -> tuple[list[str], dict[str, str]]:
 
 
 def run_until_step_then_kill(
-    recipe: str, overrides: list[str], out: Path, steps: int, kill_after: int, timeout_s=900
+    recipe: str,
+    overrides: list[str],
+    out: Path,
+    steps: int,
+    kill_after: int,
+    timeout_s=900,
+    until: str | None = None,
 ) -> str:
     """``uv run examples/run_mmpo_math.py --config <recipe> <overrides>`` (the README's command,
     as in NeMo-RL's container: :func:`as_in_nemo_rls_container`; uv's bare script environment
     re-executes it in NeMo-RL's) in its own process group, killed with SIGKILL once it has
-    printed step ``kill_after`` of ``steps``; returns its terminal output (also in
-    ``out/killed_run.txt``)."""
+    printed step ``kill_after`` of ``steps`` (or the text ``until``); returns its terminal
+    output (also in ``out/killed_run.txt``)."""
+    until = until or f"step {kill_after:>4}/{steps}"
     uv_run, environment = as_in_nemo_rls_container()
     command = [
         *uv_run,
@@ -68,7 +75,7 @@ def run_until_step_then_kill(
         )
         deadline = time.monotonic() + timeout_s
         try:
-            while f"step {kill_after:>4}/{steps}" not in output.read_text():
+            while until not in output.read_text():
                 assert process.poll() is None, output.read_text()[-3000:]
                 assert time.monotonic() < deadline, output.read_text()[-3000:]
                 time.sleep(1)

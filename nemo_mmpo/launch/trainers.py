@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl.sections import is_single_controller
+
+__all__ = ["driver_script", "is_single_controller", "missing_single_controller"]
 
 GRPO_SCRIPT = Path("examples") / "run_grpo.py"
 SINGLE_CONTROLLER_SCRIPT = Path("examples") / "run_grpo_single_controller.py"
@@ -26,11 +29,6 @@ SINGLE_CONTROLLER_CONFIG = "nemo_rl.algorithms.single_controller_utils.config"
 SINGLE_CONTROLLER = "NeMo-RL's single controller (run_grpo_single_controller.py)"
 #: where NeMo-RL's single controller refuses validation (main 7ea279ab)
 VALIDATION_REFUSED_AT = "single_controller_utils/setup.py:533-537"
-
-
-def is_single_controller(config: Mapping[str, Any]) -> bool:
-    """Whether ``config`` is for NeMo-RL's single controller: it has an ``async_rl`` section."""
-    return isinstance(config.get("async_rl"), Mapping)
 
 
 def missing_single_controller(nemo_rl_root: Path) -> str:

@@ -9,7 +9,8 @@ which wraps that function in the actor's module so that it also returns the step
 metrics, combined over its chunks (``MMPOAdvantageEstimator.take_step_metrics``).
 :func:`~nemo_mmpo.nemo_rl.install` applies the same wrapper in the driver (to check NeMo-RL's
 side of it; nothing calls it there). No ``nemo_rl`` import, and none of this package's modules
-that import the estimator.
+that import the estimator. Ray unpickles the actor's arguments before it imports the actor's
+module: the hook then waits for that import (a ``sys.meta_path`` finder).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import functools
 import sys
 import weakref
 from typing import Any
+
+from nemo_mmpo.on_import import ShimOnImport
 
 #: the original NeMo-RL function, on each wrapper
 MARK = "_nemo_mmpo_original"
@@ -54,18 +57,31 @@ def chunked_metrics_reducer(original: Any) -> Any:
 
 def install_in_actor(estimator: Any) -> list[str]:
     """Make ``estimator`` the one this process's ``reduce_advantage_pump_metrics`` reads, and
-    hook it; nothing where the actor's module is not imported (the estimator unpickled
-    anywhere else). Returns the hooked ``module.name``."""
+    hook that function: now where the actor's module is imported, else when it is (Ray
+    unpickles an actor's arguments before it imports the actor's module: seen in the CPU rig's
+    single-controller run, where the hook applied only at unpickling lost every ``mmpo/``
+    metric). Returns the ``module.name`` hooked now (empty where the hook waits for the
+    import)."""
     global _estimator
+    _estimator = weakref.ref(estimator)
     module = sys.modules.get(SINGLE_CONTROLLER_ACTOR)
     if module is None:
+        if not any(getattr(finder, HOOKED_IN, None) for finder in sys.meta_path):
+            finder = ShimOnImport({SINGLE_CONTROLLER_ACTOR: hook_reducer})
+            setattr(finder, HOOKED_IN, SINGLE_CONTROLLER_ACTOR)
+            sys.meta_path.insert(0, finder)
         return []
-    _estimator = weakref.ref(estimator)
+    return hook_reducer(module)
+
+
+def hook_reducer(module: Any) -> list[str]:
+    """Wrap ``module``'s ``reduce_advantage_pump_metrics`` (once) with
+    :func:`chunked_metrics_reducer`; returns the hooked ``module.name``."""
     current = getattr(module, REDUCER, None)
     if current is None:
         raise RuntimeError(
             f"nemo-mmpo cannot report its mmpo/ metrics from NeMo-RL's single controller: "
-            f"{SINGLE_CONTROLLER_ACTOR} has no {REDUCER!r}; please report the NeMo-RL version"
+            f"{module.__name__} has no {REDUCER!r}; please report the NeMo-RL version"
         )
     if getattr(current, HOOKED_IN, None) != module.__name__:
         wrapper = chunked_metrics_reducer(getattr(current, MARK, current))

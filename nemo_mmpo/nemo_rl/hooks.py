@@ -35,11 +35,11 @@ calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
   once per step inside the ``SingleControllerActor``, after the step's chunks): also adds the
   step's ``mmpo/`` metrics, combined over its chunks. The estimator is built on the driver and
   pickled into the actor, whose process ``install()`` never ran: unpickling it there applies
-  this one hook in that process (:mod:`~nemo_mmpo.nemo_rl.actor_hooks`), and it reads that
-  estimator.
+  this one hook in that process, when the actor's module is imported
+  (:mod:`~nemo_mmpo.nemo_rl.actor_hooks`), and it reads that estimator.
 - ``single_controller_utils`` (main only): ``setup_single_controller``, as
   ``run_grpo_single_controller.py`` imports it: refused in one line on a Ray cluster without
-  GPUs (what the single controller needs there is not answered on a CPU yet).
+  GPUs, unless the CPU rig's answers are in place (:mod:`nemo_mmpo.cpu.answers.single_controller`).
 - ``ppo`` (``run_ppo.py``): ``ClippedPGLossFn`` (ppo.py:476 / :351) and
   ``_create_advantage_estimator`` (:1125 / :816) refuse our names: PPO's loop is not ours, and
   unhooked it would train NeMo-RL's loss under our name.

@@ -192,24 +192,33 @@ def single_controller_estimator_factory(original: Any) -> Any:
     return estimator_factory(original, streaming_chunks=True)
 
 
+#: Set by the CPU rig while its answers for the single controller's setup are in place
+#: (:func:`nemo_mmpo.cpu.answers.single_controller.answered`): a Ray cluster without GPUs is then
+#: answered, not refused, by :func:`gpu_only_setup`.
+CPU_RIG_ANSWERS = {"single_controller": False}
+
+
 def gpu_only_setup(original: Any) -> Any:
     """``setup_single_controller`` (run_grpo_single_controller.py:138): refused in one line on a
     Ray cluster without GPUs, where NeMo-RL's single controller cannot run (docs/integration.md:
     ``use_gpus=True`` at setup.py:147, 184, 193; the split training API's CUDA calls; async
-    vLLM), before NeMo-RL's own ``ResourceInsufficientError``; NeMo-RL's otherwise."""
+    vLLM), before NeMo-RL's own ``ResourceInsufficientError``, unless the CPU rig answers those
+    (:data:`CPU_RIG_ANSWERS`); NeMo-RL's otherwise."""
 
     @functools.wraps(original)
     def setup_single_controller(*args: Any, **kwargs: Any) -> Any:
         import ray
 
-        if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 1:
+        no_gpu = ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 1
+        if no_gpu and not CPU_RIG_ANSWERS["single_controller"]:
             raise MMPOInputError(
                 "NeMo-RL's single controller (run_grpo_single_controller.py) cannot train on "
                 "this Ray cluster, which has no GPU: it builds its clusters with use_gpus=True "
                 "(single_controller_utils/setup.py:147, 184, 193), trains through "
                 "MegatronPolicyWorker's CUDA-only split training API and generates with async "
-                "vLLM only, which nemo-mmpo's CPU rig does not answer (docs/integration.md); "
-                "train on GPUs, or use run_grpo.py (remove async_rl)"
+                "vLLM only; on a CPU only nemo-mmpo's CPU rig answers those (a recipe with "
+                "cpu_backend.enabled, e.g. examples/configs/mmpo_tiny_cpu_single_controller.yaml"
+                "); train on GPUs, or use run_grpo.py (remove async_rl)"
             )
         return original(*args, **kwargs)
 

@@ -15,6 +15,7 @@ import pytest
 from nemo_rl_support import nemo_rl_checkout
 
 from nemo_mmpo import MMPOInputError
+from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.plan import describe
 from nemo_mmpo.launch.rules import RULES, check
 from nemo_mmpo.recipes import load
@@ -27,6 +28,15 @@ ENTRY_POINT = ROOT / "examples" / "run_mmpo_math.py"
 @pytest.fixture(autouse=True)
 def checkout():
     return nemo_rl_checkout()
+
+
+def refused_without_single_controller(recipe: Path, checkout: Path) -> bool:
+    """A single-controller recipe (``async_rl``) against a NeMo-RL without one (v0.7.0): the
+    dry run refuses it in one line (tests/launch/test_single_controller.py checks it on
+    main)."""
+    config = load(recipe).config
+    has_one = (checkout / trainers.SINGLE_CONTROLLER_SCRIPT).is_file()
+    return trainers.is_single_controller(config) and not has_one
 
 
 def load_run_config(path, overrides=()):
@@ -61,9 +71,13 @@ def test_there_are_recipes_for_mmpo_and_every_baseline():
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
-def test_recipe_loads_and_validates(recipe):
+def test_recipe_loads_and_validates(recipe, checkout):
     loaded = load_run_config(recipe)
-    assert check(loaded.config).errors == []
+    errors = check(loaded.config).errors
+    if refused_without_single_controller(recipe, checkout):
+        assert errors == [trainers.missing_single_controller(checkout)]
+        return
+    assert errors == []
     plan = run_plan(loaded)
     cpu = loaded.config.get("cpu_backend") or {}
     if cpu.get("enabled"):
@@ -162,7 +176,7 @@ def test_bad_recipes_are_rejected_with_the_key(overrides, fragment):
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
-def test_dry_run_command(recipe):
+def test_dry_run_command(recipe, checkout):
     result = subprocess.run(
         [
             sys.executable,
@@ -176,6 +190,9 @@ def test_dry_run_command(recipe):
         text=True,
         timeout=120,
     )
+    if refused_without_single_controller(recipe, checkout):
+        assert result.returncode == 2 and "run_grpo_single_controller.py" in result.stderr
+        return
     assert result.returncode == 0, result.stderr
     assert "rollouts/step" in result.stdout
     if not recipe.name.startswith(("grpo_", "dmpo_")):  # NeMo-RL's GRPO estimator

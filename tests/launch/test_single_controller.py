@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import runpy
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -24,6 +25,7 @@ ARCHIVES = {
     path.name.removeprefix("nemo-rl-").removesuffix(".tar.gz"): path for path in snapshot_archives()
 }
 RECIPE = "mmpo_single_controller_test.yaml"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +156,26 @@ def test_a_recipe_without_async_rl_goes_to_run_grpo(tmp_path):
     assert trainers.driver_script({**grpo, "async_rl": {}}, tmp_path) == (
         tmp_path / trainers.SINGLE_CONTROLLER_SCRIPT
     )
+
+
+TINY_RECIPE = ROOT / "examples" / "configs" / "mmpo_tiny_cpu_single_controller.yaml"
+
+
+@pytest.mark.parametrize("ref", sorted(ARCHIVES))
+def test_the_tiny_single_controller_recipe_is_planned_on_the_cpu_rig(checkouts, ref):
+    """``mmpo_tiny_cpu_single_controller.yaml``: the CPU rig's single controller
+    (tests/cpu/test_tiny_run_single_controller.py trains it), planned as such on main; on
+    v0.7.0 refused in one line."""
+    checkout = checkouts[ref]
+    status, out, err = dry_run(checkout, TINY_RECIPE)
+    if not has_single_controller(checkout):  # v0.7.0
+        assert status == 2 and len(err.strip().splitlines()) == 1, err
+        assert "run_grpo_single_controller.py" in err
+        return
+    assert status == 0, err
+    assert "this machine's CPUs" in out and "SingleControllerActor" in out
+    assert "AsyncLLM, a separate engine" in out and "collective weight synchronizer" in out
+    # what the rig cannot run: the single controller trains Megatron and generates with vLLM
+    status, _, err = dry_run(checkout, TINY_RECIPE, "cpu_backend.engine=transformers")
+    assert status == 2, err
+    assert "cpu_backend.policy=megatron and cpu_backend.engine=vllm" in err

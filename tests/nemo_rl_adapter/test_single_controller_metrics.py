@@ -80,16 +80,38 @@ def test_the_actor_logs_the_step_metrics_combined_over_its_chunks(monkeypatch):
         assert {"loss", "lr", "advantages/mean", "total_num_tokens"} <= metrics.keys()
 
 
-def test_unpickled_outside_the_controller_nothing_is_hooked(monkeypatch):
-    """Where the actor's module is not imported (any other process), unpickling hooks
-    nothing."""
-    monkeypatch.delitem(__import__("sys").modules, hooks.SINGLE_CONTROLLER_ACTOR)
-    assert actor_hooks.install_in_actor(MMPOAdvantageEstimator({"name": "mmpo"})) == []
+def test_unpickled_before_the_controllers_module_is_imported_the_hook_waits_for_it(
+    monkeypatch,
+):
+    """Ray unpickles an actor's arguments before it imports the actor's module (the CPU rig's
+    single-controller run lost every ``mmpo/`` metric while the hook applied at unpickling
+    only): unpickled first, nothing is hooked yet; the module's import then hooks its
+    reduction, reading the unpickled estimator."""
+    import importlib
+    import sys
+
+    install()
+    master_config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
+    built = sc_setup._create_advantage_estimator(master_config)
+    monkeypatch.setattr(actor_hooks, "_estimator", None)
+    monkeypatch.delitem(sys.modules, hooks.SINGLE_CONTROLLER_ACTOR)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder, this test's only
+    unpickled = pickle.loads(pickle.dumps(built))
+    assert actor_hooks.actor_estimator() is unpickled
+    module = importlib.import_module(hooks.SINGLE_CONTROLLER_ACTOR)  # a fresh copy, as an actor
+    assert module is not controller
+    reducer = module.reduce_advantage_pump_metrics
+    assert getattr(reducer, actor_hooks.HOOKED_IN, None) == hooks.SINGLE_CONTROLLER_ACTOR
+    batch = step_batch(3)
+    unpickled.compute_advantage(*batch)
+    metrics = reducer(rewards=[batch[1]], masked_advantages=[], sequence_lengths=[3])
+    assert metrics["mmpo/success_rate"] == pytest.approx(float(batch[1].mean()))
 
 
 def test_on_a_ray_cluster_without_gpus_the_single_controller_is_refused_in_one_line(monkeypatch):
-    """Its needs on a CPU are not answered yet (docs/integration.md): ``setup_single_controller``
-    (as ``run_grpo_single_controller.py`` imports it) says so, naming the trainer and why."""
+    """Outside the CPU rig its needs on a CPU are unanswered (docs/integration.md):
+    ``setup_single_controller`` (as ``run_grpo_single_controller.py`` imports it) says so,
+    naming the trainer and why."""
     import ray
 
     from nemo_mmpo import MMPOInputError
@@ -103,3 +125,10 @@ def test_on_a_ray_cluster_without_gpus_the_single_controller_is_refused_in_one_l
     message = str(error.value)
     assert "\n" not in message and "NeMo-RL's single controller" in message
     assert "use_gpus=True (single_controller_utils/setup.py:147, 184, 193)" in message
+    # with the CPU rig's answers in place (nemo_mmpo.cpu.answers.single_controller), NeMo-RL's
+    # own setup runs: here it meets the missing config
+    from nemo_mmpo.nemo_rl import wrappers
+
+    monkeypatch.setitem(wrappers.CPU_RIG_ANSWERS, "single_controller", True)
+    with pytest.raises(AttributeError):
+        package.setup_single_controller(None, None)

@@ -1,8 +1,8 @@
 """Apply CPU answers to a module when it is first imported (NeMo-RL's and the engines' files
-stay untouched): :class:`ShimOnImport`, a ``sys.meta_path`` finder that runs a function before
-and/or after a named module executes. Used by :mod:`nemo_mmpo.cpu.answers.vllm_shims` and
-:mod:`nemo_mmpo.cpu.answers.megatron_shims`, installed in Ray's worker processes by their
-``worker_process_setup_hook``.
+stay untouched): :class:`~nemo_mmpo.on_import.ShimOnImport`, a ``sys.meta_path`` finder that
+runs a function before and/or after a named module executes, installed by :func:`install`.
+Used by :mod:`nemo_mmpo.cpu.answers.vllm_shims` and :mod:`nemo_mmpo.cpu.answers.megatron_shims`,
+installed in Ray's worker processes by their ``worker_process_setup_hook``.
 
 :func:`refuse_on_cuda`: the answers are for a CPU; every install of them calls it first, so
 they never reach a process that sees a CUDA device unless the CPU rig asks for them explicitly
@@ -10,15 +10,13 @@ they never reach a process that sees a CUDA device unless the CPU rig asks for t
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
 
-#: ``{module name: function(module)}``
-Shims = dict[str, Callable[[Any], None]]
+from nemo_mmpo.on_import import ShimOnImport, Shims
+
+__all__ = ["CPU_ANSWERS_ENV", "ShimOnImport", "Shims", "install", "refuse_on_cuda"]
+
 #: Set to ``1`` by the CPU rig (its Ray workers' ``runtime_env``,
 #: :func:`nemo_mmpo.cpu.engines.ray_cluster.start_ray`): install the answers even where torch
 #: sees a CUDA device (a CPU rig on a machine that has a GPU).
@@ -42,38 +40,6 @@ def refuse_on_cuda(what: str) -> None:
             f"cpu_backend.enabled=true). The CPU rig on a machine with a GPU sets "
             f"{CPU_ANSWERS_ENV}=1"
         )
-
-
-class ShimOnImport(importlib.abc.MetaPathFinder):
-    """Runs ``before[name](module)`` just before module ``name`` executes (its namespace is
-    still empty) and ``after[name](module)`` right after, the first time it is imported."""
-
-    def __init__(self, after: Shims, before: Shims | None = None) -> None:
-        self.after = after
-        self.before = before or {}
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in self.after and name not in self.before:
-            return None
-        sys.meta_path.remove(self)  # find the real spec without finding ourselves
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        execute = spec.loader.exec_module
-        before, after = self.before.get(name), self.after.get(name)
-
-        def exec_module(module: Any) -> None:
-            if before is not None:
-                before(module)
-            execute(module)
-            if after is not None:
-                after(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
 
 
 def install(after: Shims, before: Shims | None = None) -> None:

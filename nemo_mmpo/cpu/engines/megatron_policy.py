@@ -76,6 +76,7 @@ def start_megatron_policy(
     weights_path: str | None = None,
     optimizer_path: str | None = None,
     policy_class: type | None = None,
+    cluster: Any = None,
     **policy_kwargs: Any,
 ) -> Any:
     """NeMo-RL's ``Policy`` on ``workers`` CPU bundles (a ``RayVirtualCluster`` without GPUs),
@@ -83,16 +84,18 @@ def start_megatron_policy(
     checkpoint). The reference model is not built (the recipes have no KL term).
     ``policy_class`` (default NeMo-RL's ``Policy``) and ``policy_kwargs`` start a subclass the
     same way (``grpo_train_sync``'s ``TQPolicy`` and its ``dp_cfg``:
-    :func:`nemo_mmpo.cpu.rig.data_plane.start_tq_megatron_policy`). The cluster is shut down
-    if the policy fails to start."""
+    :func:`nemo_mmpo.cpu.rig.data_plane.start_tq_megatron_policy`); ``cluster`` (default: a new
+    one of ``workers`` CPU bundles) is one built already (the single controller's train
+    cluster). The cluster is shut down if the policy fails to start."""
     os.environ.setdefault(CUDA_ARCHITECTURES, "cpu")
-    cluster = RayVirtualCluster(
-        bundle_ct_per_node_list=[workers],
-        use_gpus=False,
-        num_gpus_per_node=workers,
-        max_colocated_worker_groups=1,
-        name="megatron_policy_cluster",
-    )
+    if cluster is None:
+        cluster = RayVirtualCluster(
+            bundle_ct_per_node_list=[workers],
+            use_gpus=False,
+            num_gpus_per_node=workers,
+            max_colocated_worker_groups=1,
+            name="megatron_policy_cluster",
+        )
     try:
         policy = (policy_class or Policy)(
             cluster=cluster,

@@ -36,17 +36,15 @@ from nemo_mmpo.cpu.rig import data_plane
 from nemo_mmpo.cpu.rig.console import ProgressLogger, output_to_file
 from nemo_mmpo.cpu.rig.model import char_tokenizer
 from nemo_mmpo.cpu.rig.node_watch import watch_nodes
+from nemo_mmpo.cpu.rig.policy_start import HELD_OUT_FILE, megatron_start, named_model, policy_model
 from nemo_mmpo.cpu.rig.rig_settings import TinySettings, vllm_engine_problem
 from nemo_mmpo.cpu.rig.task import datum, write_benchmark_file
-from nemo_mmpo.cpu.rig.warm_start import load_or_make
 from nemo_mmpo.errors import MMPOInputError, NodeDiedError, TrainingStalledError
 from nemo_mmpo.nemo_rl import install, versions
-from nemo_mmpo.nemo_rl.sections import plain
+from nemo_mmpo.nemo_rl.sections import is_single_controller, plain
 
 #: NeMo-RL's full output, in the run's log directory.
 NEMO_RL_LOG = "nemo_rl.log"
-#: The held-out problems, in the run's checkpoint directory (for ``nemo_mmpo.eval``).
-HELD_OUT_FILE = "held_out.jsonl"
 
 
 def _save_state(grpo: Any, loaded: dict[str, Any] | None) -> Any:
@@ -186,56 +184,6 @@ def _resume_note(checkpointer: Any) -> str:
     return f"the same command resumes from {latest} once the cluster is whole again"
 
 
-def _policy_model(settings: TinySettings, tokenizer: Any, master: dict, checkpointer, note):
-    """``(model, optimizer path or None, loaded training info or None)``: the newest checkpoint
-    when there is one (resume, as NeMo-RL's ``setup()``), else the warm-started model."""
-    last = checkpointer.get_latest_checkpoint_path()
-    if last is not None:
-        from transformers import LlamaForCausalLM
-
-        weights_path, optimizer_path = checkpointer.get_resume_paths(last)
-        note(f"resuming from {last}")
-        model = LlamaForCausalLM.from_pretrained(weights_path).float().eval()
-        return model, optimizer_path, checkpointer.load_training_info(last), last
-    spec = settings.warm_start_spec(master["policy"]["generation"])
-    cache = None if settings.warm_start_cache is None else Path(settings.warm_start_cache)
-    model, _, _ = load_or_make(spec, tokenizer, cache, log=note)
-    return model, None, None, None
-
-
-def _megatron_start(settings: TinySettings, tokenizer: Any, master: dict, checkpointer, note):
-    """``(Hugging Face start folder, weights path, optimizer path, loaded training info, newest
-    checkpoint)`` for NeMo-RL's Megatron policy: the newest checkpoint's Megatron weights and
-    optimizer when there is one (resume, as NeMo-RL's ``setup()``), always with the warm start's
-    folder as ``model_name`` (made once per run, before its first step)."""
-    from nemo_mmpo.cpu.engines.megatron_policy import START_FOLDER, save_start_folder
-
-    checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
-    last = checkpointer.get_latest_checkpoint_path()
-    if last is not None and (checkpoint_dir / START_FOLDER).is_dir():
-        weights_path, optimizer_path = checkpointer.get_resume_paths(last)
-        note(f"resuming from {last}")
-        info = checkpointer.load_training_info(last)
-        return checkpoint_dir / START_FOLDER, weights_path, optimizer_path, info, last
-    if last is not None:
-        raise MMPOInputError(
-            f"{checkpoint_dir} has checkpoints but no {START_FOLDER}/ (the Megatron policy's "
-            "model_name): it was written by another cpu_backend.policy; start a new "
-            "checkpointing.checkpoint_dir"
-        )
-    model, _, _, _ = _policy_model(settings, tokenizer, master, checkpointer, note)
-    return save_start_folder(model, tokenizer, checkpoint_dir), None, None, None, None
-
-
-def _named_model(raw_config: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """``raw_config`` with ``policy.model_name`` and ``policy.tokenizer.name`` set to the
-    Hugging Face ``folder`` NeMo-RL's Megatron workers import."""
-    folder = Path(folder).resolve()
-    policy = dict(plain(raw_config["policy"]), model_name=str(folder))
-    policy["tokenizer"] = dict(policy.get("tokenizer") or {}, name=str(folder))
-    return dict(raw_config, policy=policy)
-
-
 def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
     """Train with NeMo-RL's ``grpo_train`` (``async_grpo_train`` when ``grpo.async_grpo.enabled``,
     ``grpo_train_sync`` with its ``TQPolicy`` when ``data_plane.enabled``:
@@ -257,6 +205,10 @@ def run(raw_config: dict[str, Any], console: Any = None) -> dict[str, Any]:
 
 
 def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> dict[str, Any]:
+    if is_single_controller(raw_config):  # NeMo-RL main's single controller
+        from nemo_mmpo.cpu.rig import single_controller
+
+        return single_controller.run(settings, raw_config, console)
     install()  # before Ray starts: the estimator and loss hooks, the workers' path
     from nemo_rl.algorithms import grpo
     from nemo_rl.data.utils import load_dataloader_state
@@ -284,15 +236,15 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     held_out_file = write_benchmark_file(checkpoint_dir / HELD_OUT_FILE, held_out)
     megatron = settings.policy == "megatron"
     if megatron:
-        start = _megatron_start(settings, tokenizer, master, checkpointer, note)
+        start = megatron_start(settings, tokenizer, master, checkpointer, note)
         model, optimizer_path, loaded_info, last = start, None, start[3], start[4]
         # the model the workers import, in the config NeMo-RL saves with every checkpoint (as
         # its setup() hands them policy.model_name): NeMo-RL's converter reads it from there
-        raw_config = _named_model(raw_config, start[0])
+        raw_config = named_model(raw_config, start[0])
         master_config = grpo.MasterConfig(**raw_config)
         master = {name: plain(getattr(master_config, name)) for name in raw_config}
     else:
-        model, optimizer_path, loaded_info, last = _policy_model(
+        model, optimizer_path, loaded_info, last = policy_model(
             settings, tokenizer, master, checkpointer, note
         )
     # The RL run's randomness starts here, the same whether the warm start was trained now or
@@ -420,7 +372,8 @@ def cpu_policy(
     """The run's policy (``cpu_backend.policy``) in the Ray session, stopped afterwards: ours
     on ``transformers`` in this process (``model``: the Hugging Face model), or NeMo-RL's
     ``Policy`` with its ``MegatronPolicyWorker`` actors (``model``: what
-    :func:`_megatron_start` returns) on ``cpu_backend.megatron_ranks`` CPU workers."""
+    :func:`~nemo_mmpo.cpu.rig.policy_start.megatron_start` returns) on
+    ``cpu_backend.megatron_ranks`` CPU workers."""
     # import ray and NeMo-RL where a run starts, as cpu.policy
     from nemo_mmpo.cpu.engines import megatron_policy
     from nemo_mmpo.cpu.engines.policy import CPUPolicy

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.cpu.rig.single_controller import problem as single_controller_cpu_problem
 from nemo_mmpo.data import BENCHMARKS
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.rules.registry import Findings, group_sizes, rule
@@ -97,11 +98,12 @@ def single_controller(config: dict[str, Any], findings: Findings) -> None:
         return
     where = trainers.SINGLE_CONTROLLER
     if value(config, "cpu_backend.enabled", False):
-        findings.errors.append(
-            f"cpu_backend.enabled=true with async_rl: the CPU rig does not run {where} "
-            "(docs/integration.md names what it lacks on a CPU); remove async_rl, or "
-            "cpu_backend"
+        cpu_problem = single_controller_cpu_problem(
+            value(config, "cpu_backend.policy", "transformers"),
+            value(config, "cpu_backend.engine", "transformers"),
         )
+        if cpu_problem:
+            findings.errors.append(cpu_problem)
     if value(config, "grpo.async_grpo") is not None:
         findings.errors.append(
             f"grpo.async_grpo is set: {where} refuses it (its asynchrony is async_rl's); "

@@ -12,6 +12,7 @@ from nemo_mmpo.cpu.rig.rig_settings import (
 )
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.protocol import read_settings, unread_evaluation_settings
+from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.rules.registry import Findings, rule
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import (
     unread_dmpo_settings,
@@ -48,7 +49,8 @@ def unread_settings(config: dict[str, Any], findings: Findings) -> None:
 @rule
 def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     """The tiny CPU rig's ``cpu_backend`` section (typed) when it is enabled; the vLLM engine
-    outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig.rig_settings.vllm_engine_problem`);
+    outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig.rig_settings.vllm_engine_problem`;
+    not for the single controller's own engine);
     a Megatron layout that does not divide ``megatron_ranks``."""
     section = value(config, "cpu_backend")
     if not section or not section.get("enabled"):
@@ -56,8 +58,11 @@ def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     settings = TinySettings.from_config(section)
     if settings.policy == "megatron":
         Layout.from_config(value(config, "policy") or {}, settings.megatron_ranks)
+    # the single controller's vLLM engine is its own (async, in its own cluster): the rule
+    # single_controller checks that recipe
+    single_controller = trainers.is_single_controller(config)
     problem = vllm_engine_problem(config) if settings.engine == "vllm" else None
-    if problem:
+    if problem and not single_controller:
         findings.errors.append(problem)
 
 

@@ -1,0 +1,67 @@
+"""Where a CPU-rig run's policy starts: the newest checkpoint (a resume, as NeMo-RL's ``setup()``
+finds it) or the warm start; for NeMo-RL's Megatron workers, the Hugging Face folder they import
+(``policy.model_name``). Shared by the rig's drivers (:mod:`nemo_mmpo.cpu.rig.driver`,
+:mod:`nemo_mmpo.cpu.rig.single_controller`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nemo_mmpo.cpu.rig.rig_settings import TinySettings
+from nemo_mmpo.cpu.rig.warm_start import load_or_make
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl.sections import plain
+
+#: The held-out problems, in the run's checkpoint directory (for ``nemo_mmpo.eval``).
+HELD_OUT_FILE = "held_out.jsonl"
+
+
+def policy_model(settings: TinySettings, tokenizer: Any, master: dict, checkpointer, note):
+    """``(model, optimizer path or None, loaded training info or None)``: the newest checkpoint
+    when there is one (resume, as NeMo-RL's ``setup()``), else the warm-started model."""
+    last = checkpointer.get_latest_checkpoint_path()
+    if last is not None:
+        from transformers import LlamaForCausalLM
+
+        weights_path, optimizer_path = checkpointer.get_resume_paths(last)
+        note(f"resuming from {last}")
+        model = LlamaForCausalLM.from_pretrained(weights_path).float().eval()
+        return model, optimizer_path, checkpointer.load_training_info(last), last
+    spec = settings.warm_start_spec(master["policy"]["generation"])
+    cache = None if settings.warm_start_cache is None else Path(settings.warm_start_cache)
+    model, _, _ = load_or_make(spec, tokenizer, cache, log=note)
+    return model, None, None, None
+
+
+def megatron_start(settings: TinySettings, tokenizer: Any, master: dict, checkpointer, note):
+    """``(Hugging Face start folder, weights path, optimizer path, loaded training info, newest
+    checkpoint)`` for NeMo-RL's Megatron policy: the newest checkpoint's Megatron weights and
+    optimizer when there is one (resume, as NeMo-RL's ``setup()``), always with the warm start's
+    folder as ``model_name`` (made once per run, before its first step)."""
+    from nemo_mmpo.cpu.engines.megatron_policy import START_FOLDER, save_start_folder
+
+    checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
+    last = checkpointer.get_latest_checkpoint_path()
+    if last is not None and (checkpoint_dir / START_FOLDER).is_dir():
+        weights_path, optimizer_path = checkpointer.get_resume_paths(last)
+        note(f"resuming from {last}")
+        info = checkpointer.load_training_info(last)
+        return checkpoint_dir / START_FOLDER, weights_path, optimizer_path, info, last
+    if last is not None:
+        raise MMPOInputError(
+            f"{checkpoint_dir} has checkpoints but no {START_FOLDER}/ (the Megatron policy's "
+            "model_name): it was written by another cpu_backend.policy; start a new "
+            "checkpointing.checkpoint_dir"
+        )
+    model, _, _, _ = policy_model(settings, tokenizer, master, checkpointer, note)
+    return save_start_folder(model, tokenizer, checkpoint_dir), None, None, None, None
+
+
+def named_model(raw_config: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``raw_config`` with ``policy.model_name`` and ``policy.tokenizer.name`` set to the
+    Hugging Face ``folder`` NeMo-RL's Megatron workers import."""
+    folder = Path(folder).resolve()
+    policy = dict(plain(raw_config["policy"]), model_name=str(folder))
+    policy["tokenizer"] = dict(policy.get("tokenizer") or {}, name=str(folder))
+    return dict(raw_config, policy=policy)

@@ -1,0 +1,122 @@
+"""The single-controller tiny recipe (``mmpo_tiny_cpu_single_controller.yaml``): NeMo-RL main's
+``setup_single_controller`` and ``SingleControllerActor`` (the streaming loop of
+``run_grpo_single_controller.py``) with NeMo-RL's ``TQPolicy`` over its ``MegatronPolicyWorker``
+(TP2, the split training API), ``VllmGeneration`` with vLLM's async engine in a cluster of its
+own, the collective weight synchronizer and TransferQueue; the CPU rig answers only the clusters,
+the engines on them and the dataset (``nemo_mmpo/cpu/answers/single_controller.py``).
+
+What holds by construction, checked on one run killed with SIGKILL after step 2's checkpoint
+and resumed: the trainer is the single controller (its own step metrics, e.g. the prompt groups
+it promoted, are logged every step: no other trainer logs them); every step carries our
+estimator's ``mmpo/`` metrics, made inside the controller's actor from its streaming chunks and
+combined (their success rate is the step's reward, every rollout counted once); the resumed run
+starts at the saved step with Adam's state and runs each later step once; every step is
+on-policy (the in-order sampler with no lookahead, vLLM sampling from the weights the workers
+exported, both float32); the watcher evaluates the controller's Megatron checkpoint (NeMo-RL
+refuses validation in the controller). NeMo-RL main only (v0.7.0 has no single controller).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from in_loop_evaluation import HELD_OUT_PROBLEMS, start_watcher
+from killed_runs import check_on_policy, run_until_step_then_kill
+from learning_check import fifty_step_overrides
+from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
+
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
+import_nemo_rl("vllm")
+import_nemo_rl("megatron.core")
+import_nemo_rl("transfer_queue")
+import_nemo_rl("nemo_rl.algorithms.single_controller")
+
+from nemo_mmpo.cpu.rig import driver
+from nemo_mmpo.cpu.spread.curves import reward_curve
+from nemo_mmpo.recipes import load
+
+RECIPE = "mmpo_tiny_cpu_single_controller.yaml"
+STEPS = 4
+#: a step metric only the single controller logs (single_controller.py, its step log)
+CONTROLLER_METRIC = "train/promoted_prompt_groups"
+#: our estimator's success rate, combined over the controller's streaming chunks
+MMPO_METRIC = "train/mmpo/success_rate"
+#: the watcher's samples per held-out problem
+WATCH_SAMPLES = 1
+
+
+def report(request, line: str) -> None:
+    """``line`` in the CI log (scripts/test_nemo_rl.sh prints lines starting ``megatron-``)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        sys.stdout.write(f"\n{line}\n")
+
+
+def test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_the_watcher(
+    request, tmp_path, tiny_warm_starts
+):
+    overrides = [
+        *fifty_step_overrides(tmp_path, tiny_warm_starts),
+        f"grpo.max_num_steps={STEPS}",
+        "checkpointing.save_period=2",
+    ]
+    checkpoints = tmp_path / "checkpoints"
+    # the killed run: a subprocess, as a person runs the recipe (the entry point moves into
+    # NeMo-RL's environment and the CPU rig drives the single controller)
+    killed = run_until_step_then_kill(
+        RECIPE, overrides, tmp_path, STEPS, kill_after=2, until=f"checkpoint {checkpoints}/step_2"
+    )
+    checkpoint = import_nemo_rl("nemo_rl.utils.checkpoint")
+    weights, optimizer = checkpoint.CheckpointManager.get_resume_paths(checkpoints / "step_2")
+    assert weights is not None and optimizer is not None, killed[-3000:]
+
+    # the resumed run, in this process
+    console = Console()
+    summary = driver.run(load(CONFIGS_DIR / RECIPE, overrides).config, console=console)
+    (resumed,) = [line for line in console.lines if "resuming from" in line]
+    start = int(resumed.rsplit("step_", 1)[1].split()[0].rstrip("/):,."))
+    assert start in (2, 3), resumed  # the killed run may have saved nothing after step 2
+    assert summary["checkpoint"] == str(checkpoints / f"step_{STEPS}" / "policy" / "weights")
+
+    logs = tmp_path / "logs"
+    rewards = dict(reward_curve(logs, "train/reward"))
+    trained = set(rewards)
+    assert set(range(start + 1, STEPS + 1)) <= trained
+    # every logged step is the controller's, with our metrics combined over its chunks
+    assert {step for step, _ in reward_curve(logs, CONTROLLER_METRIC)} == trained
+    success = dict(reward_curve(logs, MMPO_METRIC))
+    assert set(success) == trained
+    for step in trained:  # binary rewards: the success rate over every rollout is the reward
+        assert success[step] == pytest.approx(rewards[step], abs=1e-6), step
+    check_on_policy(logs, start + 1, STEPS)
+
+    # the watcher on the controller's last checkpoint (NeMo-RL's converter, vLLM)
+    watched = tmp_path / "watched"
+    watcher = start_watcher(
+        CONFIGS_DIR / RECIPE,
+        ["--backend", "vllm", "--every", str(STEPS)],
+        [
+            *overrides,
+            "evaluation.enabled=true",
+            f"evaluation.samples={WATCH_SAMPLES}",
+            f"evaluation.output_dir={watched}",
+        ],
+        tmp_path / "watch.log",
+    )
+    assert watcher.wait(timeout=900) == 0, (tmp_path / "watch.log").read_text()[-3000:]
+    rollouts = (watched / f"step_{STEPS}.jsonl").read_text().splitlines()
+    assert len(rollouts) == HELD_OUT_PROBLEMS * WATCH_SAMPLES
+    numbers = json.loads((watched / f"step_{STEPS}.json").read_text())
+    assert 0.0 <= numbers["average"] <= 1.0
+
+    report(
+        request,
+        f"megatron-worker {nemo_rl_checkout().name}: NeMo-RL's single controller "
+        f"(setup_single_controller, SingleControllerActor; TQPolicy over MegatronPolicyWorker "
+        f"TP2, async vLLM in its own cluster) trained {RECIPE} with mmpo for {STEPS} steps, "
+        f"mmpo/ metrics from the controller's chunks at steps {sorted(trained)}, killed with "
+        f"SIGKILL and resumed from step {start} (Adam's state found), on-policy at every step; "
+        f"the watcher evaluated step {STEPS} (average {numbers['average']:.3f})",
+    )
