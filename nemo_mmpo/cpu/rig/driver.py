@@ -20,7 +20,6 @@ nemo_rl.log``. A second run resumes from the newest checkpoint in
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import traceback
@@ -34,11 +33,16 @@ import torch
 from nemo_mmpo.cpu.engines.ray_cluster import collector_on_this_interpreter, ray_session
 from nemo_mmpo.cpu.rig import data_plane
 from nemo_mmpo.cpu.rig.console import ProgressLogger, output_to_file
-from nemo_mmpo.cpu.rig.model import char_tokenizer
 from nemo_mmpo.cpu.rig.node_watch import watch_nodes
-from nemo_mmpo.cpu.rig.policy_start import HELD_OUT_FILE, megatron_start, named_model, policy_model
+from nemo_mmpo.cpu.rig.policy_start import (
+    megatron_start,
+    named_model,
+    noter,
+    policy_model,
+    run_summary,
+    task_start,
+)
 from nemo_mmpo.cpu.rig.rig_settings import TinySettings, vllm_engine_problem
-from nemo_mmpo.cpu.rig.task import datum, write_benchmark_file
 from nemo_mmpo.errors import MMPOInputError, NodeDiedError, TrainingStalledError
 from nemo_mmpo.nemo_rl import install, versions
 from nemo_mmpo.nemo_rl.sections import is_single_controller, plain
@@ -222,18 +226,10 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     master = {name: plain(getattr(master_config, name)) for name in raw_config}
     grpo_config = master["grpo"]
 
-    def note(message: str) -> None:
-        console.write(f"[nemo-mmpo] {message}\n")
-        console.flush()
-
-    random.seed(settings.seed)
-    torch.manual_seed(settings.seed)
-    tokenizer = char_tokenizer()
-    train, held_out = settings.task.split()
-    records = [datum(tokenizer, problem, index) for index, problem in enumerate(train)]
+    note = noter(console)
     checkpointer = CheckpointManager(master_config.checkpointing)
     checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
-    held_out_file = write_benchmark_file(checkpoint_dir / HELD_OUT_FILE, held_out)
+    tokenizer, records, held_out_file = task_start(settings, checkpoint_dir)
     megatron = settings.policy == "megatron"
     if megatron:
         start = megatron_start(settings, tokenizer, master, checkpointer, note)
@@ -293,14 +289,7 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
             data_plane.train_sync(arguments, dataloader)
         else:
             grpo.grpo_train(wrapped_dataloader=dataloader, **arguments)
-    latest = checkpointer.get_latest_checkpoint_path()
-    summary = {
-        "checkpoint": None if latest is None else str(Path(latest) / "policy" / "weights"),
-        "held_out_file": str(held_out_file),
-        "log_dir": master["logger"]["log_dir"],
-    }
-    note(json.dumps(summary))
-    return summary
+    return run_summary(checkpointer, held_out_file, master["logger"]["log_dir"], note)
 
 
 def _dataloader(

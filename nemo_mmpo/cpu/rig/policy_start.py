@@ -17,6 +17,51 @@ from nemo_mmpo.nemo_rl.sections import plain
 HELD_OUT_FILE = "held_out.jsonl"
 
 
+def noter(console: Any) -> Any:
+    """``note(message)``: a ``[nemo-mmpo]`` line on ``console``, flushed."""
+
+    def note(message: str) -> None:
+        console.write(f"[nemo-mmpo] {message}\n")
+        console.flush()
+
+    return note
+
+
+def task_start(settings: TinySettings, checkpoint_dir: Path) -> tuple[Any, list[Any], Path]:
+    """``(tokenizer, training records, held-out file)`` of the run's task, the global RNGs
+    seeded with ``cpu_backend.seed`` first; the held-out problems written (atomically) into
+    ``checkpoint_dir`` for the evaluation."""
+    import random
+
+    import torch
+
+    from nemo_mmpo.cpu.rig.model import char_tokenizer
+    from nemo_mmpo.cpu.rig.task import datum, write_benchmark_file
+
+    random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    tokenizer = char_tokenizer()
+    train, held_out = settings.task.split()
+    records = [datum(tokenizer, problem, index) for index, problem in enumerate(train)]
+    held_out_file = write_benchmark_file(checkpoint_dir / HELD_OUT_FILE, held_out)
+    return tokenizer, records, held_out_file
+
+
+def run_summary(checkpointer: Any, held_out_file: Path, log_dir: str, note: Any) -> dict:
+    """Where a finished run wrote things (the newest checkpoint's weights, the held-out file,
+    the log directory), noted as one JSON line."""
+    import json
+
+    latest = checkpointer.get_latest_checkpoint_path()
+    summary = {
+        "checkpoint": None if latest is None else str(Path(latest) / "policy" / "weights"),
+        "held_out_file": str(held_out_file),
+        "log_dir": log_dir,
+    }
+    note(json.dumps(summary))
+    return summary
+
+
 def policy_model(settings: TinySettings, tokenizer: Any, master: dict, checkpointer, note):
     """``(model, optimizer path or None, loaded training info or None)``: the newest checkpoint
     when there is one (resume, as NeMo-RL's ``setup()``), else the warm-started model."""

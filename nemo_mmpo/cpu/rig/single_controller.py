@@ -19,8 +19,6 @@ output (the actor's included, through Ray) goes to ``<logger.log_dir>/nemo_rl.lo
 from __future__ import annotations
 
 import functools
-import json
-import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,10 +27,14 @@ from typing import Any
 
 from nemo_mmpo.cpu.engines.ray_cluster import ray_session
 from nemo_mmpo.cpu.rig import data_plane
-from nemo_mmpo.cpu.rig.model import char_tokenizer
-from nemo_mmpo.cpu.rig.policy_start import HELD_OUT_FILE, megatron_start, named_model
+from nemo_mmpo.cpu.rig.policy_start import (
+    megatron_start,
+    named_model,
+    noter,
+    run_summary,
+    task_start,
+)
 from nemo_mmpo.cpu.rig.rig_settings import TinySettings
-from nemo_mmpo.cpu.rig.task import datum, write_benchmark_file
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import install
 from nemo_mmpo.nemo_rl.sections import plain
@@ -62,24 +64,15 @@ def run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> dic
     if found:
         raise MMPOInputError(found)
     install()  # before Ray starts: the estimator and loss hooks, the workers' path
-    import torch
     from nemo_rl.algorithms.single_controller_utils.config import MasterConfig
     from nemo_rl.utils.checkpoint import CheckpointManager
 
-    def note(message: str) -> None:
-        console.write(f"[nemo-mmpo] {message}\n")
-        console.flush()
-
+    note = noter(console)
     master_config = MasterConfig(**raw_config)  # NeMo-RL validates it
     master = {name: plain(getattr(master_config, name)) for name in raw_config}
-    random.seed(settings.seed)
-    torch.manual_seed(settings.seed)
-    tokenizer = char_tokenizer()
-    train, held_out = settings.task.split()
-    records = [datum(tokenizer, problem, index) for index, problem in enumerate(train)]
     checkpointer = CheckpointManager(master_config.checkpointing)
     checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
-    held_out_file = write_benchmark_file(checkpoint_dir / HELD_OUT_FILE, held_out)
+    tokenizer, records, held_out_file = task_start(settings, checkpoint_dir)
     start_folder = megatron_start(settings, tokenizer, master, checkpointer, note)[0]
     raw_config = named_model(raw_config, start_folder)
     master_config = MasterConfig(**raw_config)
@@ -92,14 +85,7 @@ def run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> dic
         checkpoints_noted(checkpoint_dir, note),
     ):
         _train(master_config, tokenizer, records, environment, start_folder, settings)
-    latest = checkpointer.get_latest_checkpoint_path()
-    summary = {
-        "checkpoint": None if latest is None else str(Path(latest) / "policy" / "weights"),
-        "held_out_file": str(held_out_file),
-        "log_dir": master["logger"]["log_dir"],
-    }
-    note(json.dumps(summary))
-    return summary
+    return run_summary(checkpointer, held_out_file, master["logger"]["log_dir"], note)
 
 
 def _train(
