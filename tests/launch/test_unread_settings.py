@@ -225,3 +225,19 @@ def test_a_section_that_does_not_validate_is_named_once_by_its_own_rule():
     config = load(RECIPES / "mmpo_math_qwen3_1.7b.yaml", ["+grpo.adv_estimator.trunc_order=3"])
     errors = check(config.config).errors
     assert sum("trunc_order=3 is not a setting" in error for error in errors) == 1, errors
+
+
+def test_the_single_controller_reads_none_of_the_rigs_engine_settings():
+    """NeMo-RL's single controller places and drives its own vLLM engine and watches itself:
+    the rig's per-rollout seeds, stall timeout and generation placement are named unread."""
+    from nemo_mmpo.cpu.rig.rig_settings import unread_cpu_settings
+
+    section = {"enabled": True, "policy": "megatron", "engine": "vllm"}
+    changed = dict(section, seeded_rollouts=True, stall_timeout_s=60)
+    unread = unread_cpu_settings(changed, asynchronous=False, single_controller=True)
+    assert [line.split(" is not read")[0] for line in unread] == [
+        "cpu_backend.seeded_rollouts=True",
+        "cpu_backend.stall_timeout_s=60",
+    ]
+    assert all("NeMo-RL's single controller (async_rl)" in line for line in unread)
+    assert unread_cpu_settings(section, asynchronous=False, single_controller=True) == []

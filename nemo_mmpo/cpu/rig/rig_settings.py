@@ -111,10 +111,14 @@ MEGATRON_ONLY_KEYS = ("megatron_ranks",)
 SYNC_VLLM_ONLY_KEYS = ("seeded_rollouts",)
 
 
-def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
+def unread_cpu_settings(
+    section: Any, asynchronous: bool, single_controller: bool = False
+) -> list[str]:
     """Keys of ``cpu_backend`` set to a non-default value that this run does not read: all of
     them when ``enabled`` is false (the GPU path runs), the async-only ones
-    (``stall_timeout_s``, ``placement.generation``) in a synchronous run."""
+    (``stall_timeout_s``, ``placement.generation``) in a synchronous run, those and
+    ``seeded_rollouts`` in NeMo-RL's single controller (``async_rl``: its engine, placement
+    and watchdog are its own)."""
     if not section:
         return []
     settings = TinySettings.from_config(section)
@@ -122,6 +126,16 @@ def unread_cpu_settings(section: Any, asynchronous: bool) -> list[str]:
         return unread_when_disabled(
             TinySettings, section, CPU_SECTION, "the run trains on GPUs through NeMo-RL's workers"
         )
+    if single_controller:
+        changed = changed_settings(TinySettings, section, (*SYNC_VLLM_ONLY_KEYS, *ASYNC_ONLY_KEYS))
+        if settings.placement.generation:
+            changed["placement.generation"] = settings.placement.generation
+        return [
+            f"{CPU_SECTION}.{key}={value!r} is not read by NeMo-RL's single controller "
+            "(async_rl): it places and drives its own vLLM engine, one rollout a call, and "
+            "watches itself (async_rl.stall_watchdog); this run ignores it"
+            for key, value in changed.items()
+        ]
     unread = []
     if settings.engine != "vllm" or asynchronous:
         why = (

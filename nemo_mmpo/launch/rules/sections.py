@@ -35,7 +35,9 @@ def unread_settings(config: dict[str, Any], findings: Findings) -> None:
     reports = [
         lambda: unread_dmpo_settings(value(config, "loss_fn")),
         lambda: unread_evaluation_settings(value(config, "evaluation")),
-        lambda: unread_cpu_settings(value(config, "cpu_backend"), asynchronous),
+        lambda: unread_cpu_settings(
+            value(config, "cpu_backend"), asynchronous, trainers.is_single_controller(config)
+        ),
     ]
     if is_our_estimator(estimator.get("name")):
         reports.insert(0, lambda: unread_estimator_settings(estimator))
