@@ -181,9 +181,20 @@ def test_override_values_with_spaces_survive_the_container_shell(tmp_path):
     sorted(path.name for path in (ROOT / "examples" / "configs").glob("*.yaml")),
 )
 def test_every_recipe_submits(tmp_path, recipe):
-    recorded = submit(
-        "submit_mmpo.sh", tmp_path, {"CONFIG": f"examples/configs/{recipe}", "NUM_NODES": "2"}
-    )
+    from nemo_mmpo.launch import trainers
+    from nemo_mmpo.recipes import load
+
+    extra = {"CONFIG": f"examples/configs/{recipe}", "NUM_NODES": "2"}
+    config = load(ROOT / "examples" / "configs" / recipe).config
+    has_one = (nemo_rl_checkout() / trainers.SINGLE_CONTROLLER_SCRIPT).is_file()
+    if trainers.is_single_controller(config) and not has_one:  # v0.7.0: refused before sbatch
+        with pytest.raises(subprocess.CalledProcessError) as refused:
+            submit("submit_mmpo.sh", tmp_path, extra)
+        assert refused.value.returncode == 2
+        assert b"run_grpo_single_controller.py" in refused.value.stderr
+        assert not (tmp_path / "record.txt").exists()
+        return
+    recorded = submit("submit_mmpo.sh", tmp_path, extra)
     assert f"--config examples/configs/{recipe}" in recorded["COMMAND"]
 
 

@@ -93,19 +93,7 @@ def test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_
     check_on_policy(logs, start + 1, STEPS)
 
     # the watcher on the controller's last checkpoint (NeMo-RL's converter, vLLM)
-    watched = tmp_path / "watched"
-    watcher = start_watcher(
-        CONFIGS_DIR / RECIPE,
-        ["--backend", "vllm", "--every", str(STEPS)],
-        [
-            *overrides,
-            "evaluation.enabled=true",
-            f"evaluation.samples={WATCH_SAMPLES}",
-            f"evaluation.output_dir={watched}",
-        ],
-        tmp_path / "watch.log",
-    )
-    assert watcher.wait(timeout=900) == 0, (tmp_path / "watch.log").read_text()[-3000:]
+    watched = watch_once(RECIPE, overrides, tmp_path, STEPS)
     rollouts = (watched / f"step_{STEPS}.jsonl").read_text().splitlines()
     assert len(rollouts) == HELD_OUT_PROBLEMS * WATCH_SAMPLES
     numbers = json.loads((watched / f"step_{STEPS}.json").read_text())
@@ -120,3 +108,44 @@ def test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_
         f"SIGKILL and resumed from step {start} (Adam's state found), on-policy at every step; "
         f"the watcher evaluated step {STEPS} (average {numbers['average']:.3f})",
     )
+
+
+def watch_once(recipe: str, overrides: list[str], tmp_path, step: int):
+    """``nemo-mmpo eval watch --backend vllm --every <step>`` on the run's checkpoints, once;
+    returns its output folder (``best/``: the best evaluated step's converted weights)."""
+    watched = tmp_path / "watched"
+    watcher = start_watcher(
+        CONFIGS_DIR / recipe,
+        ["--backend", "vllm", "--every", str(step)],
+        [
+            *overrides,
+            "evaluation.enabled=true",
+            f"evaluation.samples={WATCH_SAMPLES}",
+            f"evaluation.output_dir={watched}",
+        ],
+        tmp_path / "watch.log",
+    )
+    assert watcher.wait(timeout=900) == 0, (tmp_path / "watch.log").read_text()[-3000:]
+    return watched
+
+
+# CI time (on request, NEMO_MMPO_BEYOND_CI=1; about 15 minutes each on 2 cores): CI's learning
+# check is the Megatron recipe's through grpo_train (test_tiny_run_megatron.py), whose workers,
+# vLLM engine, estimator, loss and hyper-parameters these recipes share
+@pytest.mark.beyond_ci
+@pytest.mark.parametrize("recipe", [RECIPE, "mmpo_tiny_cpu_sync.yaml"])
+def test_fifty_steps_of_mains_newer_trainers_raise_the_expected_success(
+    recipe, tmp_path, tiny_warm_starts
+):
+    """The learning check of the Megatron recipe (:func:`learning_check.check_gain`, the same
+    margin) on the single controller's and ``grpo_train_sync``'s runs: 50 steps from the shared
+    warm start, the step-50 checkpoint converted by the watcher."""
+    from learning_check import check_gain
+
+    overrides = fifty_step_overrides(tmp_path, tiny_warm_starts)
+    config = load(CONFIGS_DIR / recipe, overrides).config
+    summary = driver.run(config, console=Console())
+    assert summary["checkpoint"] == str(tmp_path / "checkpoints" / "step_50" / "policy" / "weights")
+    watched = watch_once(recipe, overrides, tmp_path, 50)
+    assert json.loads((watched / "best" / "nemo_mmpo_best.json").read_text())["step"] == 50
+    check_gain(recipe, config, {"checkpoint": str(watched / "best")}, tiny_warm_starts)

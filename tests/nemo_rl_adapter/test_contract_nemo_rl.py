@@ -154,10 +154,23 @@ def test_recipes_load_with_nemo_rl_own_loader(tmp_path):
     sorted(path.name for path in (ROOT / "examples" / "configs").glob("*.yaml")),
 )
 def test_every_recipe_builds_nemo_rl_master_config(recipe):
-    """NeMo-RL's loader, Hydra overrides and ``MasterConfig``, as its ``run_grpo.py`` does."""
+    """NeMo-RL's loader, Hydra overrides and ``MasterConfig``, as its ``run_grpo.py`` does (a
+    single-controller recipe on a NeMo-RL without one, v0.7.0: refused by our check in one
+    line, before NeMo-RL's ``MasterConfig`` refuses its ``grpo.async_grpo: null``)."""
     from nemo_rl_support import master_config_from_recipe
 
+    from nemo_mmpo.launch import trainers
     from nemo_mmpo.launch.rules import check
+    from nemo_mmpo.recipes import load
+
+    root = find_nemo_rl_root()
+    shipped = load(ROOT / "examples" / "configs" / recipe).config
+    if (
+        trainers.is_single_controller(shipped)
+        and not (root / trainers.SINGLE_CONTROLLER_SCRIPT).is_file()
+    ):
+        assert check(shipped).errors == [trainers.missing_single_controller(root)]
+        return
 
     config = master_config_from_recipe(recipe, ["grpo.adv_estimator.truncation_order=3"])
     grpo_config = config.grpo
