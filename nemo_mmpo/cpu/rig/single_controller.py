@@ -12,8 +12,10 @@ the warm start, the task's records and held-out file, the Ray session, NeMo-RL's
 :mod:`nemo_mmpo.cpu.answers.single_controller` (CPU clusters, the vLLM and Megatron engines on
 them, the task as the dataset).
 
-The terminal shows the plan, a line per checkpoint NeMo-RL writes and the summary; NeMo-RL's
-output (the actor's included, through Ray) goes to ``<logger.log_dir>/nemo_rl.log``.
+The terminal shows the plan, a line per checkpoint NeMo-RL writes and the summary; the driver's
+NeMo-RL output goes to ``<logger.log_dir>/nemo_rl.log``, the controller's step lines to its Ray
+worker log (``/tmp/ray/session_latest/logs/worker-*.out`` by default: the rig's Ray does not
+forward workers' output), its metrics to TensorBoard under ``logger.log_dir``.
 """
 
 from __future__ import annotations
