@@ -5,7 +5,10 @@ JUnit XML report of the run without ``install()``, or a recorded baseline
 (``baseline-<ref>.txt``); WITH is the JUnit XML report of the run with it. Tests in the
 ``--exclude`` files are left out of both. Prints one line (counts of each outcome and whether
 they agree) and exits 1, listing every test whose outcome differs, if installing nemo-mmpo
-changed any of them.
+changed any of them; exits 3 ("could not run") instead when every differing test is an error
+with one and the same message (a start-up failure shared by the whole session, e.g. Ray's
+dashboard timing out on a loaded machine, is not a change made by ``install()``):
+``scripts/test_nemo_rl.sh`` then runs that session once more and says so.
 
 ``python compare_outcomes.py --record REPORT.xml BASELINE.txt ARCHIVE_SHA256`` writes a
 baseline: NeMo-RL's outcomes for one snapshot, keyed by the snapshot archive's checksum, so that
@@ -23,17 +26,40 @@ from pathlib import Path
 CHECKSUM_PREFIX = "# archive sha256: "
 
 
+#: exit status of a comparison whose run could not run (one shared start-up error), not changed
+COULD_NOT_RUN = 3
+#: how pytest's JUnit report begins the message of an error raised by a test's set-up (fixtures)
+START_UP_ERROR = "failed on setup with"
+
+
 def outcomes(path: str) -> dict[str, str]:
     """``{test id: passed | failure | error | skipped}`` from a JUnit report or a baseline."""
     if path.endswith(".txt"):
         lines = Path(path).read_text().splitlines()
         return dict(line.split("\t", 1)[::-1] for line in lines if not line.startswith("#"))
+    return {name: outcome for name, (outcome, _) in _cases(path).items()}
+
+
+def error_messages(path: str) -> dict[str, str]:
+    """``{test id: message}`` of the tests of a JUnit report that ended in an error (a fixture
+    or collection failure, as pytest reports them); none for a recorded baseline."""
+    if path.endswith(".txt"):
+        return {}
+    return {
+        name: message for name, (outcome, message) in _cases(path).items() if outcome == "error"
+    }
+
+
+def _cases(path: str) -> dict[str, tuple[str, str]]:
     results = {}
     for case in ElementTree.parse(path).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
-        tags = {child.tag for child in case}
-        outcome = next((tag for tag in ("error", "failure", "skipped") if tag in tags), "passed")
-        results[name] = outcome
+        children = {child.tag: child for child in case}
+        outcome = next(
+            (tag for tag in ("error", "failure", "skipped") if tag in children), "passed"
+        )
+        message = children[outcome].get("message", "") if outcome in children else ""
+        results[name] = (outcome, message)
     return results
 
 
@@ -74,6 +100,13 @@ def compare(base_path: str, installed_path: str, excluded: list[str] = ()) -> in
     changed = sorted(
         name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
     )
+    shared = shared_start_up_error(changed, error_messages(installed_path))
+    if shared is not None:
+        print(
+            f"could not run: {len(changed)} test(s) errored with one and the same error before "
+            f"running ({summary(installed)}), not a change made by install(): {shared}"
+        )
+        return COULD_NOT_RUN
     if changed:
         print(f"outcomes CHANGED by install() for {len(changed)} test(s) ({summary(installed)}):")
         for name in changed:
@@ -81,6 +114,21 @@ def compare(base_path: str, installed_path: str, excluded: list[str] = ()) -> in
         return 1
     print(f"same outcomes with and without install() ({summary(installed)})")
     return 0
+
+
+def shared_start_up_error(changed: list[str], errors: dict[str, str]) -> str | None:
+    """The one message every changed test errored with before it ran, where there is one: a
+    session that could not start (every test's fixture failing the same way, as pytest's JUnit
+    report words it: ``failed on setup with "..."``) rather than outcomes that changed. ``None``
+    where a changed test passed, failed, was skipped or errored otherwise, or where the errors
+    differ."""
+    messages = {errors.get(name) for name in changed}
+    if not changed or None in messages or len(messages) != 1:
+        return None
+    if not next(iter(messages)).startswith(START_UP_ERROR):
+        return None
+    (message,) = messages
+    return " ".join(message.split())[:300] or "(no message)"
 
 
 def in_file(name: str, path: str) -> bool:

@@ -1,0 +1,28 @@
+# Shared by scripts/test.sh and the suites it runs (source it): each part's seconds and outcome,
+# gathered for the table that ends CI's log, and Ray's start-up limits on the test machine.
+# NEMO_MMPO_PARTS (exported by scripts/test.sh) names the file the parts are added to; without
+# it part_line does nothing.
+
+#: Ray's start-up limits on this test machine, which shares 2 cores among CI's parts (a setting
+#: of the machine, given to every Ray cluster the suites start, never of nemo-mmpo's launcher):
+#: Ray's dashboard gives each of its modules 30 s to start ("Module MetricsHead failed to
+#: start. Timeout after 30.0 seconds" on a loaded machine; NeMo-RL's init_ray() and ray.sub
+#: start the dashboard), and a worker process 60 s to register with its raylet
+NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 RAY_worker_register_timeout_seconds=600"
+
+part_line() {  # part_line NAME SECONDS OUTCOME: one part, e.g. "the Slurm suite, one host" 412 ok
+    [[ -n "${NEMO_MMPO_PARTS:-}" ]] || return 0
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$NEMO_MMPO_PARTS"
+}
+
+parts_table() {  # parts_table FILE TOTAL_SECONDS: the table of FILE's parts, then the total
+    local name seconds outcome
+    printf '\n%-46s %8s  %s\n' "part" "seconds" "outcome"
+    printf '%-46s %8s  %s\n' "----" "-------" "-------"
+    if [[ -s "$1" ]]; then
+        while IFS=$'\t' read -r name seconds outcome; do
+            printf '%-46s %8s  %s\n' "$name" "$seconds" "$outcome"
+        done <"$1"
+    fi
+    printf '%-46s %8s  %s\n' "the whole run (wall clock)" "$2" "$3"
+}

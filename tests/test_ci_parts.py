@@ -1,0 +1,167 @@
+"""CI's own machinery: an infrastructure failure is never read as a behaviour change, and the
+log ends with each part's seconds and outcome.
+
+``tests/nemo_rl_upstream/compare_outcomes.py`` compares NeMo-RL's unit-test outcomes with and
+without ``install()``; a session whose every changed test errored in its set-up with one and
+the same message (Ray's dashboard timing out on a loaded machine) "could not run" (exit 3, which
+``scripts/test_nemo_rl.sh`` answers by running it once more and saying so), while a real change
+stays a change (exit 1). The JUnit reports here are written by pytest itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "nemo_rl_upstream"))
+
+import compare_outcomes  # noqa: E402
+
+#: three tests sharing a session fixture, as NeMo-RL's unit tests share init_ray_cluster
+TESTS = """
+import os
+import pytest
+
+@pytest.fixture(scope="session")
+def cluster():
+    if os.environ.get("START_FAILS"):
+        raise RuntimeError("Module MetricsHead failed to start. Timeout after 30.0 seconds")
+
+def test_a(cluster):
+    pass
+
+def test_b(cluster):
+    assert not os.environ.get("B_FAILS"), "b changed"
+
+def test_c():
+    pass
+"""
+
+
+def junit_report(tmp_path: Path, name: str, **environment: str) -> str:
+    """pytest's own JUnit report of :data:`TESTS`, run with ``environment`` set."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "test_units.py").write_text(textwrap.dedent(TESTS))
+    report = folder / "report.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        cwd=folder,
+        env={"PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **environment},
+        capture_output=True,
+        check=False,
+    )
+    return str(report)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, str]:
+    tmp_path = tmp_path_factory.mktemp("junit")
+    return {
+        "base": junit_report(tmp_path, "base"),
+        "start_fails": junit_report(tmp_path, "start_fails", START_FAILS="1"),
+        "b_fails": junit_report(tmp_path, "b_fails", B_FAILS="1"),
+    }
+
+
+def test_the_same_outcomes_agree(reports, capsys):
+    assert compare_outcomes.compare(reports["base"], reports["base"]) == 0
+    assert "same outcomes with and without install()" in capsys.readouterr().out
+
+
+def test_one_set_up_error_shared_by_every_changed_test_could_not_run(reports, capsys):
+    assert compare_outcomes.compare(reports["base"], reports["start_fails"]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("could not run: 2 test(s) errored with one and the same error")
+    assert "not a change made by install()" in out
+    assert "MetricsHead failed to start" in out
+    assert "CHANGED" not in out
+
+
+def test_a_failed_test_is_a_change(reports, capsys):
+    assert compare_outcomes.compare(reports["base"], reports["b_fails"]) == 1
+    out = capsys.readouterr().out
+    assert "outcomes CHANGED by install() for 1 test(s)" in out
+    assert "test_b: passed -> failure" in out
+
+
+def test_errors_that_differ_or_are_not_set_up_errors_are_changes():
+    changed = ["t::a", "t::b"]
+    same = 'failed on setup with "RuntimeError: boom"'
+    assert compare_outcomes.shared_start_up_error(changed, {"t::a": same, "t::b": same})
+    assert compare_outcomes.shared_start_up_error(changed, {"t::a": same}) is None
+    other = 'failed on setup with "RuntimeError: other"'
+    assert compare_outcomes.shared_start_up_error(changed, {"t::a": same, "t::b": other}) is None
+    teardown = 'failed on teardown with "RuntimeError: boom"'
+    assert (
+        compare_outcomes.shared_start_up_error(changed, {"t::a": teardown, "t::b": teardown})
+        is None
+    )
+    assert compare_outcomes.shared_start_up_error([], {}) is None
+
+
+def test_the_parts_table_lists_each_part_then_the_whole_run(tmp_path):
+    parts = tmp_path / "parts"
+    script = f"""
+        source {ROOT / "scripts" / "parts.sh"}
+        NEMO_MMPO_PARTS={parts}
+        part_line "the 3.11 suite (2 workers)" 412 ok
+        part_line "our tests on NeMo-RL main (Python 3.13)" 1290 "FAILED: 1 failed, 250 passed"
+        parts_table {parts} 1800 "FAILED (exit 1)"
+    """
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    lines = out.strip().splitlines()
+    assert lines[0].split() == ["part", "seconds", "outcome"]
+    assert lines[2].split() == ["the", "3.11", "suite", "(2", "workers)", "412", "ok"]
+    assert "1290  FAILED: 1 failed, 250 passed" in lines[3]
+    assert lines[-1].startswith("the whole run (wall clock)")
+    assert lines[-1].endswith("1800  FAILED (exit 1)")
+    # without NEMO_MMPO_PARTS nothing is written anywhere
+    quiet = f"source {ROOT / 'scripts' / 'parts.sh'}; unset NEMO_MMPO_PARTS; part_line a 1 ok"
+    assert subprocess.run(["bash", "-c", quiet], capture_output=True, text=True).stdout == ""
+
+
+class FakeRay:
+    """``ray.init`` that fails like Ray's raylet start-up timeout ``failures`` times."""
+
+    def __init__(self, failures: int, message: str) -> None:
+        self.failures, self.message, self.calls, self.shutdowns = failures, message, [], 0
+
+    def init(self, **kwargs):
+        self.calls.append(kwargs)
+        if len(self.calls) <= self.failures:
+            raise Exception(self.message)  # Ray raises a bare Exception
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+def test_a_local_cluster_that_missed_rays_start_up_time_is_started_once_more_and_said(
+    monkeypatch, capsys
+):
+    from nemo_mmpo.cpu.engines import ray_cluster
+
+    timeout = "The current node timed out during startup. This could happen because ..."
+    fake = FakeRay(1, timeout)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    ray_cluster.start_local_cluster(2, {"include_dashboard": False})
+    assert [call["address"] for call in fake.calls] == ["local", "local"]
+    assert fake.shutdowns == 1
+    assert "starting it once more" in capsys.readouterr().err
+
+    twice = FakeRay(2, timeout)  # once more only: a second timeout is Ray's error
+    monkeypatch.setitem(sys.modules, "ray", twice)
+    with pytest.raises(Exception, match="timed out during startup"):
+        ray_cluster.start_local_cluster(2, {})
+    assert len(twice.calls) == 2
+
+    other = FakeRay(1, "some other error")  # any other error is not retried
+    monkeypatch.setitem(sys.modules, "ray", other)
+    with pytest.raises(Exception, match="some other error"):
+        ray_cluster.start_local_cluster(2, {})
+    assert len(other.calls) == 1
