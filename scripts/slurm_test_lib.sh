@@ -1,12 +1,17 @@
 # Helpers shared by scripts/test_slurm.sh (one host) and scripts/test_slurm_two_hosts.sh, sourced
 # by them. They read IN_CI, WORK (the suite's state directory) and VENV, and count `failures`.
 
+# shellcheck source=scripts/parts.sh
+source "$(dirname "${BASH_SOURCE[0]}")/parts.sh"
+
 skip_or_fail() {  # a missing prerequisite: a failure in CI, a message elsewhere
     if [[ "$IN_CI" == "true" ]]; then
         echo "slurm prerequisites: FAILED $1"
+        part_line "the Slurm suite" "$SECONDS" "FAILED: $1"
         exit 1
     fi
     echo "slurm suite: skipped: $1"
+    part_line "the Slurm suite" "$SECONDS" "skipped: $1"
     exit 0
 }
 
@@ -49,13 +54,14 @@ stop_recorded() {  # stop_recorded NAME...: stop the processes whose PIDs are in
 
 job_env_for() {  # job_env_for NEMO_RL: the jobs' JOB_ENV (slurm/submit_mmpo.sh) without a container
     # NeMo-RL's Python environment, its ray on PATH; ray.sub's logs and signal files under $WORK
-    # (default: the repo). Ray's dashboard gets 120 s, not 30, to start each of its modules:
-    # ray.sub starts the head with the dashboard (--include-dashboard=True) and gives up after
-    # three tries, and in CI these jobs share 2 cores with the NeMo-RL suite's two sessions (a
-    # resumed job's head failed so in the fresh-clone CI of 4801bde: "MetricsHead ... Timeout
-    # after 30.0 seconds"). A setting of this test machine, not of the launcher.
+    # (default: the repo). Ray's start-up limits raised ($NEMO_MMPO_RAY_PATIENCE, from
+    # scripts/parts.sh): ray.sub starts the head with the dashboard
+    # (--include-dashboard=True) and gives up after three tries, and in CI these jobs share 2
+    # cores with the NeMo-RL suite's two sessions (a resumed job's head failed so in the
+    # fresh-clone CI of 4801bde: "MetricsHead ... Timeout after 30.0 seconds"). A setting of
+    # this test machine, not of the launcher.
     echo "PATH=$VENV/bin:$PATH PYTHONPATH=$1 NEMO_RL_PY_EXECUTABLES_SYSTEM=1 OMP_NUM_THREADS=1" \
-        "BASE_LOG_DIR=$WORK/jobs RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=120"
+        "BASE_LOG_DIR=$WORK/jobs $NEMO_MMPO_RAY_PATIENCE"
 }
 
 copy_checkout() {  # copy_checkout: the working tree (tracked and untracked, not ignored) under

@@ -1,16 +1,70 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (if missing), run lint, build the docs, run the whole CPU test
-# suite (with the README's and docs' runnable code blocks: tests/test_docs.py), then the
-# NeMo-RL suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main) and beside
-# it the Slurm suite (scripts/test_slurm.sh: slurm/submit_mmpo.sh to a real Slurm on this
-# machine, one host and two; as root, otherwise it says why and skips). Prints each part's
-# seconds ("test.sh: ...").
-# Usage: bash scripts/test.sh [extra pytest args]
+# suite (with the README's and docs' runnable code blocks: tests/test_docs.py), the NeMo-RL
+# suite (scripts/test_nemo_rl.sh: Python 3.13, real NeMo-RL v0.7.0 and main) and beside it the
+# Slurm suite (scripts/test_slurm.sh: slurm/submit_mmpo.sh to a real Slurm on this machine, one
+# host and two; as root, otherwise it says why and skips). Ends with one table: each part's
+# seconds and outcome (scripts/parts.sh), whatever ends the run.
+# Usage: bash scripts/test.sh [extra pytest args for the 3.11 suite]
 # TORCH_SPEC picks the torch build (default torch==2.13.0, the version CI tests; on CI's machines
 # pip finds it as a local CPU-only wheel). Elsewhere, for a small CPU build:
 #   TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" bash scripts/test.sh
+#
+# The order, for CI's time on 2 cores (docs/testing.md, "CI"): NeMo-RL's environments (mostly
+# downloads) build from the first second; meanwhile the 3.11 environment, lint, the docs, and
+# the 3.11 suite; once the environments are ready the NeMo-RL and Slurm suites start, and what is
+# left of the 3.11 suite goes on beside them at a lower priority (nice 10), filling the cores
+# they leave idle (imports, actors starting one after another, single-threaded steps) instead
+# of delaying them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/parts.sh
+source scripts/parts.sh
+NEMO_MMPO_PARTS="$(mktemp)"
+export NEMO_MMPO_PARTS
+logs="$(mktemp -d)"  # the background parts' output, printed when they are done
+background=()         # process groups stopped with the run
+finish() {
+    local code=$?
+    for group in "${background[@]}"; do kill -- "-$group" 2>/dev/null || true; done
+    parts_table "$NEMO_MMPO_PARTS" "$SECONDS" "$([[ $code == 0 ]] && echo ok || echo "FAILED (exit $code)")"
+    rm -rf "$NEMO_MMPO_PARTS" "$logs"
+}
+trap finish EXIT
+in_background() {  # in_background VAR LOG COMMAND...: COMMAND, its output in LOG.log, in a
+    # process group of its own (setsid: stopped, or given a lower priority, whole), whose id
+    # (its first process's, which `wait` waits for) goes into VAR and the groups to stop
+    local into="$1" log="$2"
+    shift 2
+    setsid "$@" >"$log.log" 2>&1 </dev/null &
+    printf -v "$into" '%s' "$!"
+    background+=("$!")
+}
+
+# shellcheck source=scripts/nemo_rl_env.sh
+source scripts/nemo_rl_env.sh
+checkout=""
+if [[ -z "${NEMO_RL_PATH:-}" ]] && nemo_rl_snapshot_refs | grep -qx "v0.7.0"; then
+    checkout="$(nemo_rl_unpack v0.7.0)"  # the 3.11 suite reads NeMo-RL's configs from it
+fi
+# NeMo-RL's environments and the other snapshots (scripts/nemo_rl_env.sh); scripts/test_nemo_rl.sh
+# finds them ready (or builds what failed, loudly)
+in_background preparing "$logs/preparing" bash -c '
+    set -euo pipefail
+    source scripts/parts.sh
+    source scripts/nemo_rl_env.sh
+    python="$(nemo_rl_python)"
+    [[ -z "$python" ]] || nemo_rl_environment "$python"
+    for ref in $(nemo_rl_snapshot_refs); do
+        checkout_of_ref="$(nemo_rl_unpack "$ref")"
+        [[ -z "$python" ]] || nemo_rl_engine_path "$ref" >/dev/null
+        version="$(nemo_rl_vllm_version "$checkout_of_ref")"
+        [[ -z "$python" || -z "$version" || ! -f "scripts/vllm_cpu_requirements-$version.txt" ]] ||
+            nemo_rl_vllm_environment "$version" >/dev/null
+    done
+    part_line "NeMo-RL'"'"'s environments (beside the 3.11 suite)" "$SECONDS" ok
+'
+
 VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
@@ -21,48 +75,36 @@ fi
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. an --index-url
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
 "$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf,launch,docs]"
-"$VENV/bin/ruff" check .
-"$VENV/bin/ruff" format --check .
+part_line "the 3.11 environment" "$SECONDS" ok
+part_started=$SECONDS
+"$VENV/bin/ruff" check . || { part_line "lint (ruff check)" "$((SECONDS - part_started))" FAILED; exit 1; }
+"$VENV/bin/ruff" format --check . || { part_line "lint (ruff format)" "$((SECONDS - part_started))" FAILED; exit 1; }
 # The docs (docs/, MyST + autodoc): every warning is an error, a broken link or reference too.
-"$VENV/bin/python" -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
-# The launcher reads NeMo-RL's base configs (and its config loader) from a checkout, as on a
-# login node where nemo_rl does not import: the v0.7.0 snapshot, unpacked, unless NEMO_RL_PATH
-# names one. Without either, the tests that need it skip and say why.
-# shellcheck source=scripts/nemo_rl_env.sh
-source scripts/nemo_rl_env.sh
-checkout=""
-if [[ -z "${NEMO_RL_PATH:-}" ]] && nemo_rl_snapshot_refs | grep -qx "v0.7.0"; then
-    checkout="$(nemo_rl_unpack v0.7.0)"
-fi
-# Meanwhile (mostly downloads and unpacking), the NeMo-RL suite's Python 3.13 environment and
-# the other snapshots; scripts/test_nemo_rl.sh finds them ready (or builds what failed, loudly).
-preparing_log="$(mktemp)"
-(
-    python="$(nemo_rl_python)"
-    [[ -z "$python" ]] || nemo_rl_environment "$python"
-    for ref in $(nemo_rl_snapshot_refs); do
-        checkout_of_ref="$(nemo_rl_unpack "$ref")"
-        [[ -z "$python" ]] || nemo_rl_engine_path "$ref" >/dev/null
-        version="$(nemo_rl_vllm_version "$checkout_of_ref")"
-        [[ -z "$python" || -z "$version" || ! -f "scripts/vllm_cpu_requirements-$version.txt" ]] ||
-            nemo_rl_vllm_environment "$version" >/dev/null
-    done
-) >"$preparing_log" 2>&1 &
-preparing=$!
-trap 'kill "$preparing" 2>/dev/null || true' EXIT
-# On NEMO_MMPO_TEST_WORKERS processes (pytest-xdist; default 2, the CPUs CI has; 0: in this
-# process), ahead of any extra pytest arguments, which can override it (-n 0).
-workers=(-n "${NEMO_MMPO_TEST_WORKERS:-2}")
-if [[ -n "$checkout" ]]; then
-    NEMO_RL_PATH="$checkout" "$VENV/bin/python" -m pytest "${workers[@]}" "$@"
-else
-    "$VENV/bin/python" -m pytest "${workers[@]}" "$@"
-fi
-echo "test.sh: lint, docs and the 3.11 suite done at $SECONDS s"
+"$VENV/bin/python" -m sphinx -W --keep-going -n -q -b html docs docs/_build/html ||
+    { part_line "the docs (Sphinx -W)" "$((SECONDS - part_started))" FAILED; exit 1; }
+part_line "lint and the docs" "$((SECONDS - part_started))" ok
+
+# The 3.11 suite on NEMO_MMPO_TEST_WORKERS processes (pytest-xdist; default 2, the CPUs CI has;
+# 0: in one process), ahead of any extra pytest arguments, which can override it (-n 0). It
+# reads NeMo-RL's configs (and NeMo-RL's config loader) from the v0.7.0 snapshot, unpacked,
+# without importing nemo_rl, as a login node would (NEMO_RL_PATH names another checkout).
+suite=(env "NEMO_RL_PATH=${NEMO_RL_PATH:-$checkout}" bash -c '
+    started=$SECONDS code=0
+    "$@" || code=$?
+    echo "$((SECONDS - started)) $code" >"$SUITE_DONE"' bash
+    "$VENV/bin/python" -m pytest -n "${NEMO_MMPO_TEST_WORKERS:-2}" "$@")
+[[ -n "${NEMO_RL_PATH:-$checkout}" ]] || suite=("${suite[@]:2}")  # no checkout: the tests say why they skip
+export SUITE_DONE="$logs/suite.done"
+in_background suite_group "$logs/suite" "${suite[@]}"
+
 prepared=1
 wait "$preparing" || { prepared=0; echo "preparing the NeMo-RL environment failed; the NeMo-RL suite retries"; }
-cat "$preparing_log"
-rm -f "$preparing_log"
+cat "$logs/preparing.log"
+echo "test.sh: NeMo-RL's environments ready at $SECONDS s"
+if kill -0 "$suite_group" 2>/dev/null; then
+    renice -n 10 -g "$suite_group" >/dev/null || true
+    echo "test.sh: the 3.11 suite goes on beside the NeMo-RL suite, at nice 10"
+fi
 # The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings),
 # and beside it the Slurm suite: slurm/submit_mmpo.sh through NeMo-RL's ray.sub to a real Slurm
 # on this machine (one host, then two in network namespaces). Its jobs run in PID and mount
@@ -73,21 +115,24 @@ rm -f "$preparing_log"
 # scripts/slurm_test_lib.sh). Side by side only once the environments are built (both
 # suites would otherwise build them at once); its lines are printed after the NeMo-RL suite's.
 status=0
+slurm_group=""
 if [[ $prepared == 1 ]]; then
-    slurm_log="$(mktemp)"
-    slurm_done="$slurm_log.done"  # its exit status
-    { code=0; bash scripts/test_slurm.sh || code=$?; echo "$code" >"$slurm_done"; } >"$slurm_log" 2>&1 &
-    slurm=$!
-    trap 'kill "$preparing" "$slurm" 2>/dev/null || true' EXIT
-    bash scripts/test_nemo_rl.sh || status=1
-    echo "test.sh: the NeMo-RL suite done at $SECONDS s"
-    wait "$slurm" || true
-    [[ "$(cat "$slurm_done" 2>/dev/null)" == 0 ]] || status=1
-    echo "test.sh: the Slurm suite (its own seconds in its last line) waited for at $SECONDS s"
-    cat "$slurm_log"
-    rm -f "$slurm_log" "$slurm_done"
-else
-    bash scripts/test_nemo_rl.sh || status=1
-    bash scripts/test_slurm.sh || status=1
+    in_background slurm_group "$logs/slurm" bash scripts/test_slurm.sh
 fi
+bash scripts/test_nemo_rl.sh || status=1
+echo "test.sh: the NeMo-RL suite done at $SECONDS s"
+if [[ -z "$slurm_group" ]]; then
+    bash scripts/test_slurm.sh || status=1
+else
+    wait "$slurm_group" || status=1
+    echo "test.sh: the Slurm suite (its own seconds in its last line) waited for at $SECONDS s"
+    cat "$logs/slurm.log"
+fi
+wait "$suite_group" || true
+echo "test.sh: the 3.11 suite waited for at $SECONDS s"
+cat "$logs/suite.log"
+read -r suite_seconds suite_code <"$SUITE_DONE" || { suite_seconds="?"; suite_code=1; }
+part_line "the 3.11 suite (${NEMO_MMPO_TEST_WORKERS:-2} workers; nice 10 beside the NeMo-RL suite)" \
+    "$suite_seconds" "$([[ $suite_code == 0 ]] && echo ok || echo "FAILED (pytest exit $suite_code)")"
+[[ $suite_code == 0 ]] || status=1
 exit $status

@@ -262,6 +262,9 @@ else
 fi
 
 echo "slurm one host: $failures failed, $((SECONDS - started)) s"
+part_line "the Slurm suite, one host" "$((SECONDS - started))" \
+    "$([[ $failures == 0 ]] && echo ok || echo "FAILED: $failures check(s)")"
+two_hosts_started=$SECONDS
 trap - EXIT
 teardown  # this cluster gone before the next starts
 
@@ -277,6 +280,10 @@ else
     main_ref="$(nemo_rl_snapshot_refs | grep '^main' | head -n 1)"
     [[ -n "$main_ref" ]] && two_hosts+=("$(nemo_rl_unpack "$main_ref"):slurmd")
 fi
-bash scripts/test_slurm_two_hosts.sh "$VENV" "${two_hosts[@]}" || failures=$((failures + 1))
+two_hosts_code=0
+bash scripts/test_slurm_two_hosts.sh "$VENV" "${two_hosts[@]}" || two_hosts_code=$?
+[[ $two_hosts_code == 0 ]] || failures=$((failures + 1))
+part_line "the Slurm suite, two hosts (each snapshot)" "$((SECONDS - two_hosts_started))" \
+    "$([[ $two_hosts_code == 0 ]] && echo ok || echo FAILED)"
 echo "slurm suite: $failures failed, $((SECONDS - started)) s"
 [[ $failures -eq 0 ]]

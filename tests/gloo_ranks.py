@@ -17,8 +17,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-#: Seconds a rank waits in a collective before gloo gives up (a hang fails instead of waiting).
-COLLECTIVE_TIMEOUT = 120
+import patience
+
+#: Seconds a rank waits in a collective before gloo gives up (a hang fails instead of waiting;
+#: generous: tests/patience.py).
+COLLECTIVE_TIMEOUT = patience.COLLECTIVE_S
 
 
 def free_port() -> int:

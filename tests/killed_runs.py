@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import patience
 from nemo_rl_support import CONFIGS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ def run_until_step_then_kill(
     out: Path,
     steps: int,
     kill_after: int,
-    timeout_s=900,
+    timeout_s=patience.RUN_S,
     until: str | None = None,
 ) -> str:
     """``uv run examples/run_mmpo_math.py --config <recipe> <overrides>`` (the README's command,

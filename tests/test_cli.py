@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import patience
 import pytest
 
 PROGRAM = """
@@ -29,7 +30,7 @@ def test_a_run_that_ended_badly_exits_with_its_message_despite_a_hanging_exit_ho
         [sys.executable, "-c", PROGRAM.format(error=error)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=patience.COMMAND_S,
     )
     assert result.returncode == 1
     assert result.stderr.strip() == (f"run_mmpo_math.py: {error}: no step for 600 s after step 3")

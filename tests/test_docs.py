@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import patience
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ def test_runnable_block(where: str, language: str, code: str):
         env=environment,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
     )
     assert result.returncode == 0, f"{where}: exit {result.returncode}\n{result.stderr}"
 

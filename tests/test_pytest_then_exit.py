@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import patience
 import pytest
 
 from tests.conftest import ROOT
@@ -33,7 +34,7 @@ def run(tmp_path: Path, body: str, wrapper: bool) -> subprocess.CompletedProcess
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
     )
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import patience
 import pytest
 from nemo_rl_support import nemo_rl_checkout
 
@@ -248,7 +249,7 @@ def run_batch_script(tmp_path: Path, ray_sub: str, nodes: dict[str, tuple[str, s
             env=env,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=patience.COMMAND_S,
         )
     return result, checkpoints, port
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import in_loop_evaluation
+import patience
 import pytest
 import torch
 from in_loop_evaluation import HELD_OUT_PROBLEMS
@@ -124,7 +125,7 @@ def check_watcher_equals_in_loop(tmp_path: Path, overrides: list[str]) -> Path:
     watched = tmp_path / "watched"
     rollouts, numbers = watched / f"step_{STEPS}.jsonl", watched / f"step_{STEPS}.json"
     watcher = start_watcher(tmp_path, overrides, watched)
-    deadline, killed = time.monotonic() + 900, False
+    deadline, killed = time.monotonic() + patience.RUN_S, False
     try:
         while watcher.poll() is None and time.monotonic() < deadline:
             if rollouts.is_file() and rollouts.stat().st_size > 0 and not numbers.exists():
@@ -135,7 +136,9 @@ def check_watcher_equals_in_loop(tmp_path: Path, overrides: list[str]) -> Path:
             time.sleep(0.05)
         assert killed, (tmp_path / "watch.log").read_text()[-3000:]
         watcher = start_watcher(tmp_path, overrides, watched)
-        assert watcher.wait(timeout=900) == 0, (tmp_path / "watch.log").read_text()[-3000:]
+        assert watcher.wait(timeout=patience.RUN_S) == 0, (tmp_path / "watch.log").read_text()[
+            -3000:
+        ]
     finally:
         if watcher.poll() is None:
             os.killpg(watcher.pid, signal.SIGKILL)

@@ -22,6 +22,7 @@ import importlib.util
 import json
 import sys
 
+import patience
 import pytest
 from in_loop_evaluation import HELD_OUT_PROBLEMS, start_watcher
 from killed_runs import check_on_policy, run_until_step_then_kill
@@ -129,7 +130,7 @@ def watch_once(recipe: str, overrides: list[str], tmp_path, step: int):
         ],
         tmp_path / "watch.log",
     )
-    assert watcher.wait(timeout=900) == 0, (tmp_path / "watch.log").read_text()[-3000:]
+    assert watcher.wait(timeout=patience.RUN_S) == 0, (tmp_path / "watch.log").read_text()[-3000:]
     return watched
 
 

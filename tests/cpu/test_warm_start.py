@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import patience
 import pytest
 import torch
 
@@ -202,7 +203,9 @@ def test_two_processes_asking_for_the_same_warm_start_train_it_once(tmp_path, mo
 
     def slow_warm_start(*args, **kwargs):
         trained.append(threading.current_thread().name)
-        assert second_waits.wait(timeout=60)  # the other caller is blocked on the lock by now
+        assert second_waits.wait(
+            timeout=patience.COMMAND_S
+        )  # the other caller is blocked on the lock by now
         return original(*args, **kwargs, measure=Script([0.3]))
 
     monkeypatch.setattr(module, "warm_start", slow_warm_start)
@@ -221,7 +224,7 @@ def test_two_processes_asking_for_the_same_warm_start_train_it_once(tmp_path, mo
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(timeout=patience.COMMAND_S)
     assert len(trained) == 1 and set(results) == {"a", "b"}
     assert sum("reusing" in message for message in messages) == 1
     first, second = (results[name][0] for name in ("a", "b"))

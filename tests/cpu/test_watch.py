@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import in_loop_evaluation
+import patience
 import pytest
 from nemo_rl_support import CONFIGS_DIR, import_nemo_rl
 
@@ -92,7 +93,7 @@ def test_the_watcher_survives_kill_9_and_evaluates_every_checkpoint_once(
         stdout=open(tmp_path / "training.log", "w"),
         stderr=subprocess.STDOUT,
     )
-    kills, deadline = [], time.monotonic() + 900
+    kills, deadline = [], time.monotonic() + patience.RUN_S
     try:
         while len(kills) < 2 and time.monotonic() < deadline and watcher.poll() is None:
             step = half_written_step(evaluation)
@@ -102,8 +103,12 @@ def test_the_watcher_survives_kill_9_and_evaluates_every_checkpoint_once(
                 kills.append(step)
                 watcher = start_watcher(tmp_path, tiny_warm_starts)
             time.sleep(0.05)
-        assert training.wait(timeout=900) == 0, (tmp_path / "training.log").read_text()[-3000:]
-        assert watcher.wait(timeout=900) == 0, (tmp_path / "watch.log").read_text()[-3000:]
+        assert training.wait(timeout=patience.RUN_S) == 0, (tmp_path / "training.log").read_text()[
+            -3000:
+        ]
+        assert watcher.wait(timeout=patience.RUN_S) == 0, (tmp_path / "watch.log").read_text()[
+            -3000:
+        ]
     finally:
         for process in (watcher, training):
             if process.poll() is None:

@@ -31,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import patience
 import pytest
 import yaml
 from nemo_rl_support import nemo_rl_checkout, nemo_rl_inheritance
@@ -171,7 +172,7 @@ def test_a_few_forms_agree_through_the_entry_point_from_another_directory(tmp_pa
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=patience.COMMAND_S,
             cwd=tmp_path,
         )
         assert result.returncode == 0, result.stderr
@@ -188,7 +189,7 @@ def test_a_few_forms_agree_through_the_entry_point_from_another_directory(tmp_pa
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
         cwd=tmp_path,
     )
     assert result.returncode == 2 and "were refused" in result.stderr

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import patience
 import pytest
 from nemo_rl_support import nemo_rl_checkout
 
@@ -188,7 +189,7 @@ def test_dry_run_command(recipe, checkout):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
     )
     if refused_without_single_controller(recipe, checkout):
         assert result.returncode == 2 and "run_grpo_single_controller.py" in result.stderr
@@ -206,7 +207,7 @@ def test_dry_run_reports_a_bad_override_and_fails():
         [sys.executable, str(ENTRY_POINT), "--dry-run", "grpo.adv_estimator.estimator=exact"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
     )
     assert result.returncode == 2
     assert "grpo.adv_estimator.estimator='exact'" in result.stderr
@@ -327,7 +328,7 @@ def test_a_recipe_in_any_folder_dry_runs_against_each_snapshot_from_any_director
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
         cwd=elsewhere,
         env={**os.environ, "NEMO_RL_PATH": str(checkout.root)},
     )
@@ -469,7 +470,7 @@ def test_dry_run_refuses_invalid_input_naming_the_key(overrides, fragments):
         [sys.executable, str(ENTRY_POINT), "--dry-run", *overrides],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
     )
     assert result.returncode == 2, result.stdout + result.stderr
     for fragment in fragments:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import patience
 import pytest
 import torch
 from nemo_rl_support import nemo_rl_checkout
@@ -71,7 +72,7 @@ def test_dry_run_names_each_setting_that_nothing_reads(overrides, fragments):
         [sys.executable, str(ENTRY_POINT), "--dry-run", *overrides],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patience.COMMAND_S,
     )
     assert result.returncode == 0, result.stdout + result.stderr  # reported, not refused
     warnings = [line for line in result.stdout.splitlines() if line.startswith("WARNING: ")]
