@@ -49,12 +49,24 @@ if [[ -z "${NEMO_RL_PATH:-}" ]] && nemo_rl_snapshot_refs | grep -qx "v0.7.0"; th
 fi
 # NeMo-RL's environments and the other snapshots (scripts/nemo_rl_env.sh); scripts/test_nemo_rl.sh
 # finds them ready (or builds what failed, loudly)
+export LOGS="$logs"
 in_background preparing "$logs/preparing" bash -c '
     set -euo pipefail
     source scripts/parts.sh
     source scripts/nemo_rl_env.sh
     python="$(nemo_rl_python)"
     [[ -z "$python" ]] || nemo_rl_environment "$python"
+    # the NeMo-RL sessions'"'"' shared warm start (the tiny recipes'"'"', seed 0: no NeMo-RL in it),
+    # trained afresh beside the downloads and builds below (scripts/test_nemo_rl.sh keeps it)
+    warm_starts=.nemo-rl/test_warm_starts
+    rm -rf "$warm_starts"
+    if [[ -n "$python" ]]; then
+        NEMO_RL_PATH="$(nemo_rl_unpack "$(nemo_rl_snapshot_refs | sort | tail -n 1)")" \
+        PYTHONPATH="$PWD" "$NEMO_RL_VENV/bin/python" -m nemo_mmpo.cpu warm-start \
+            --config examples/configs/mmpo_tiny_cpu.yaml "cpu_backend.warm_start_cache=$PWD/$warm_starts" \
+            >"$LOGS/warm_start.log" 2>&1 &
+        warm_start=$!
+    fi
     for ref in $(nemo_rl_snapshot_refs); do
         checkout_of_ref="$(nemo_rl_unpack "$ref")"
         [[ -z "$python" ]] || nemo_rl_engine_path "$ref" >/dev/null
@@ -62,6 +74,10 @@ in_background preparing "$logs/preparing" bash -c '
         [[ -z "$python" || -z "$version" || ! -f "scripts/vllm_cpu_requirements-$version.txt" ]] ||
             nemo_rl_vllm_environment "$version" >/dev/null
     done
+    if [[ -n "${warm_start:-}" ]]; then
+        wait "$warm_start" || { cat "$LOGS/warm_start.log"; exit 1; }
+        echo "the NeMo-RL sessions'"'"' warm start: $(tail -n 1 "$LOGS/warm_start.log")"
+    fi
     part_line "NeMo-RL'"'"'s environments (beside the 3.11 suite)" "$SECONDS" ok
 '
 
@@ -119,7 +135,7 @@ slurm_group=""
 if [[ $prepared == 1 ]]; then
     in_background slurm_group "$logs/slurm" bash scripts/test_slurm.sh
 fi
-bash scripts/test_nemo_rl.sh || status=1
+NEMO_MMPO_WARM_STARTS_TRAINED=$prepared bash scripts/test_nemo_rl.sh || status=1
 echo "test.sh: the NeMo-RL suite done at $SECONDS s"
 if [[ -z "$slurm_group" ]]; then
     bash scripts/test_slurm.sh || status=1
