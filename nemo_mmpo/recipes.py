@@ -14,7 +14,8 @@ with its resolvers registered. :func:`load` runs those same functions:
 A recipe's ``defaults:`` entries name files by a scheme that does not depend on where the
 recipe lives (:func:`resolve_default`): ``nemo_rl/<file>`` is a file of the NeMo-RL checkout
 the run uses (its ``examples/configs``), ``base/<file>`` and ``nemo_mmpo/<file>`` files of
-this package's ``examples/configs``, an absolute path itself, anything else a path relative to
+this package's recipes (package data, ``nemo_mmpo/configs``: the same names from a clone and
+from an installed wheel), an absolute path itself, anything else a path relative to
 the file that names it (NeMo-RL's own rule, which NeMo-RL's configs keep: inside the checkout
 nothing is renamed). :func:`compose` merges them with NeMo-RL's own ``merge_with_override``
 into one config without ``defaults:`` (:attr:`LoadedConfig.composed`); NeMo-RL's
@@ -101,7 +102,7 @@ def nemo_rl_config_module(nemo_rl_root: Path | None) -> tuple[ModuleType | None,
 
 
 #: ``defaults:`` prefixes naming a folder wherever the recipe lives: NeMo-RL's configs (the
-#: checkout the run uses), ours (this package's ``examples/configs``; ``base/`` is short for
+#: checkout the run uses), ours (this package's ``configs``; ``base/`` is short for
 #: ``nemo_mmpo/base/``)
 NEMO_RL_PREFIX, OURS_PREFIX, BASE_PREFIX = "nemo_rl", "nemo_mmpo", "base"
 #: what a run's record (:func:`write_run_record`) starts with: the line saying how it started
@@ -209,14 +210,15 @@ def _missing_base(error: FileNotFoundError, path: Path, root: Path | None) -> MM
     missing = Path(error.filename or str(error))
     if root is not None and missing.is_relative_to(root):
         where = f"NeMo-RL's checkout at {root} has no such config (NEMO_RL_PATH names another?)"
-    elif missing.is_relative_to(CONFIGS_DIR):
+    elif missing.resolve().is_relative_to(CONFIGS_DIR):
         where = f"nemo-mmpo's configs ({CONFIGS_DIR}) have no such file"
     else:
         where = "a path relative to the file that names it, or absolute"
     return MMPOInputError(
         f"config {str(path)!r} inherits {missing}, which does not exist: {where}. In "
         "defaults:, nemo_rl/<file> names NeMo-RL's examples/configs/<file> (the checkout of "
-        "NEMO_RL_PATH), base/<file> and nemo_mmpo/<file> nemo-mmpo's examples/configs"
+        "NEMO_RL_PATH), base/<file> and nemo_mmpo/<file> nemo-mmpo's recipes "
+        f"({CONFIGS_DIR})"
     )
 
 

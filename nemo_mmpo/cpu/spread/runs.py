@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.checkout import REPO_ROOT
+from nemo_mmpo.checkout import CONFIGS_DIR, REPO_ROOT
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
 from nemo_mmpo.recipes import load
 
 ENTRY = REPO_ROOT / "examples" / "run_mmpo_math.py"
 #: The tiny CPU recipe (MMPO), which the spread and the study run with overrides.
-TINY_RECIPE = REPO_ROOT / "examples" / "configs" / "mmpo_tiny_cpu.yaml"
+TINY_RECIPE = CONFIGS_DIR / "mmpo_tiny_cpu.yaml"
 FINISHED = "finished.json"
 
 
@@ -55,7 +55,6 @@ def run_recipe(
         result = subprocess.run(
             command,
             env={**os.environ, **(environment or {})},
-            cwd=REPO_ROOT,
             stdout=terminal,
             stderr=subprocess.STDOUT,
         )
