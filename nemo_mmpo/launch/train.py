@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import runpy
 import sys
 from pathlib import Path
@@ -28,8 +29,9 @@ from nemo_mmpo.checkout import CONFIGS_DIR, find_nemo_rl_root
 from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.data import MATH_TRAIN, math_task_files, prepare_math_task
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.launch import plan, rules, trainers
+from nemo_mmpo.launch import environment, plan, rules, trainers
 from nemo_mmpo.nemo_rl import install
+from nemo_mmpo.nemo_rl.hooks import worker_pythonpath
 from nemo_mmpo.settings import mark_reported
 
 DEFAULT_CONFIG = CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"
@@ -131,11 +133,24 @@ def run_folder(config: dict) -> Path:
     return Path(config["checkpointing"]["checkpoint_dir"])
 
 
+def _move_into_nemo_rl(argv: list[str], prog: str) -> None:
+    """Training without ``nemo_rl`` importable here: re-run this command inside NeMo-RL's uv
+    project, as ``uv run examples/run_mmpo_math.py`` does (or exit saying what to run)."""
+    if importlib.util.find_spec("nemo_rl") is not None:
+        return
+    environment.reexecute_in_nemo_rl(
+        None, argv, "nemo_rl is not importable here", worker_pythonpath(), prog
+    )
+
+
 def main(argv: list[str] | None = None, prog: str = "nemo-mmpo train") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, overrides = parser(prog).parse_known_args(argv)
     unknown = [item for item in overrides if item.startswith("--")]
     if unknown:
         raise MMPOInputError(f"unknown option {unknown[0]} (overrides are key=value)")
+    if not (args.dry_run or args.print_config or args.prepare_data):
+        _move_into_nemo_rl(argv, prog)
     loaded = check_and_plan(args.config.expanduser().resolve(), overrides, args.print_config)
     if args.dry_run or args.print_config:
         return 0
