@@ -111,6 +111,17 @@ RECORD_HEADER = "# nemo-mmpo run: "
 RECORD_NAME = "nemo_mmpo_recipe.yaml"
 
 
+def packaged(entry: str) -> Path | None:
+    """The file of nemo-mmpo's recipes that ``nemo_mmpo/<file>`` (or ``base/<file>``) names,
+    None for any other entry."""
+    first, _, rest = entry.partition("/")
+    if first == OURS_PREFIX and rest:
+        return CONFIGS_DIR / rest
+    if first == BASE_PREFIX and rest:
+        return CONFIGS_DIR / entry
+    return None
+
+
 def resolve_default(entry: str, including: Path, nemo_rl_root: Path | None) -> Path:
     """The file a ``defaults:`` entry of ``including`` names (see the module's docstring)."""
     if entry.startswith("/"):
@@ -126,11 +137,7 @@ def resolve_default(entry: str, including: Path, nemo_rl_root: Path | None) -> P
                 "NeMo-RL checkout (on a login node too) so that they resolve"
             )
         return nemo_rl_root / "examples" / "configs" / rest
-    if first == OURS_PREFIX and rest:
-        return CONFIGS_DIR / rest
-    if first == BASE_PREFIX and rest:
-        return CONFIGS_DIR / entry
-    return including.parent / entry
+    return packaged(entry) or including.parent / entry
 
 
 def compose(
@@ -307,7 +314,9 @@ def _read_composed(module: ModuleType | None, text: str) -> Any:
 def load(
     path: str | Path, overrides: Sequence[str] = (), nemo_rl_root: Path | None = None
 ) -> LoadedConfig:
-    """``path`` (relative to the current directory, or absolute) with ``overrides``, resolved
+    """``path`` (relative to the current directory, or absolute; where no such file is, a
+    ``nemo_mmpo/<file>`` names one of nemo-mmpo's recipes, as in ``defaults:``) with
+    ``overrides``, resolved
     as NeMo-RL's ``run_grpo.py`` resolves it, its ``nemo_rl/`` bases read from ``nemo_rl_root``
     (default: :func:`~nemo_mmpo.checkout.find_nemo_rl_root`). A run's record, or a
     ``step_<N>/config.yaml`` beside one, is read as the run started: its composed config with
@@ -321,7 +330,10 @@ def load(
         from omegaconf import OmegaConf
     except ImportError as error:
         raise _requirements_missing(error) from None
-    path = Path(path).expanduser().resolve()
+    path = Path(path).expanduser()
+    if not path.is_file() and not path.is_absolute():
+        path = packaged(path.as_posix()) or path
+    path = path.resolve()
     if not path.is_file():
         raise MMPOInputError(f"config file {str(path)!r} does not exist or is not a file")
     started = run_start(path)

@@ -137,7 +137,7 @@ def watch(args: argparse.Namespace) -> None:
     from nemo_mmpo.eval.watch import vllm_engine
     from nemo_mmpo.eval.watch import watch as watch_checkpoints
 
-    loaded = load(Path(args.config).expanduser().resolve(), args.overrides)
+    loaded = load(Path(args.config).expanduser(), args.overrides)
     config = loaded.config  # its relative paths (checkpoints, logs, data): from here, as train's
     settings = read_settings(config.get("evaluation"))
     if not settings.enabled:

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None, prog: str = "nemo-mmpo train") -> int:
         raise MMPOInputError(f"unknown option {unknown[0]} (overrides are key=value)")
     if not (args.dry_run or args.print_config or args.prepare_data):
         _move_into_nemo_rl(argv, prog)
-    loaded = check_and_plan(args.config.expanduser().resolve(), overrides, args.print_config)
+    loaded = check_and_plan(args.config.expanduser(), overrides, args.print_config)
     if args.dry_run or args.print_config:
         return 0
     if (loaded.config.get("cpu_backend") or {}).get("enabled"):
