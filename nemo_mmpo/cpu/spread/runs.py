@@ -50,7 +50,9 @@ def run_recipe(
     resolved = load(recipe, overrides).config
     write_text_atomic(run_dir / "run_config.json", json.dumps(resolved, indent=2) + "\n")
     started = time.monotonic()
-    command = [sys.executable, str(ENTRY), "--config", str(recipe), *overrides]
+    # the clone's entry point; installed (no examples/), the same command by module
+    entry = [str(ENTRY)] if ENTRY.is_file() else ["-m", "nemo_mmpo.cli", "train"]
+    command = [sys.executable, *entry, "--config", str(recipe), *overrides]
     with open(run_dir / "terminal.txt", "a") as terminal:
         result = subprocess.run(
             command,
