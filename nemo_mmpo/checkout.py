@@ -3,6 +3,8 @@
 Our recipes say ``defaults: nemo_rl/<file>.yaml``: :mod:`nemo_mmpo.recipes` reads that file
 from the ``examples/configs`` of the checkout :func:`find_nemo_rl_root` finds (or the one a
 caller names), wherever the recipe lives; nothing is linked or copied into this checkout.
+Our own recipes are package data (:data:`CONFIGS_DIR`), found the same way from a clone and
+from an installed wheel.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from pathlib import Path
 
 #: NeMo-RL's checkout inside its container.
 CONTAINER_NEMO_RL = Path("/opt/nemo-rl")
-#: The directory holding ``nemo_mmpo/``: this checkout's root (recipes' relative paths start
-#: here), or ``site-packages`` when nemo-mmpo is installed. The one repository-root constant.
+#: The directory holding ``nemo_mmpo/``: this checkout's root, or ``site-packages`` when
+#: nemo-mmpo is installed (then nothing of a run is written or read there: a recipe's relative
+#: paths start in the working directory). The one repository-root constant.
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: Our recipes (``base/<file>`` and ``nemo_mmpo/<file>`` in a recipe's ``defaults``).
-CONFIGS_DIR = REPO_ROOT / "examples" / "configs"
+#: Our recipes, package data (``base/<file>`` and ``nemo_mmpo/<file>`` in a recipe's
+#: ``defaults``); a clone's ``examples/configs`` is a link to this folder.
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 
 def find_nemo_rl_root() -> Path | None:

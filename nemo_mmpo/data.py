@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,11 +229,60 @@ def load_benchmark(name: str, path: str | Path | None = None) -> list[dict[str, 
     return records
 
 
+#: The MATH task's files, in one folder (``data/`` in ``base/paper_math.yaml``): NeMo-RL's
+#: training and validation sets, and the prompt its math processor formats them with
+MATH_TRAIN, MATH_VALIDATION = "math_train.jsonl", "math_validation.jsonl"
+MATH_PROMPT = "math_boxed.txt"
+#: The paper's prompt, package data (copied beside the data: NeMo-RL reads ``prompt_file``
+#: relative to the working directory)
+MATH_PROMPT_SOURCE = Path(__file__).resolve().parent / "configs" / "prompts" / MATH_PROMPT
+
+
+def math_task_files(config: dict[str, Any]) -> list[Path] | None:
+    """The MATH task's files a resolved recipe reads, when its ``data.train.data_path`` is
+    ``<folder>/math_train.jsonl`` (the paper's task): that file, and those of its validation
+    set, prompt and evaluation benchmarks that the recipe names in the same folder. None for any
+    other data section (NeMo-RL's own datasets, a list of datasets, a user's JSONL): NeMo-RL
+    reads it as the recipe says and nemo-mmpo prepares nothing."""
+    data = config.get("data")
+    train = data.get("train") if isinstance(data, dict) else None
+    if not isinstance(train, dict) or Path(str(train.get("data_path") or "")).name != MATH_TRAIN:
+        return None
+    folder = Path(train["data_path"]).parent
+    validation = data.get("validation")
+    named = [
+        train["data_path"],
+        validation.get("data_path") if isinstance(validation, dict) else None,
+        (data.get("default") or {}).get("prompt_file"),
+        *((config.get("evaluation") or {}).get("benchmarks") or {}).values(),
+    ]
+    ours = {folder / MATH_TRAIN, folder / MATH_VALIDATION, folder / MATH_PROMPT}
+    ours |= {folder / "validation" / f"{name}.jsonl" for name in VALIDATION_BENCHMARKS}
+    return [Path(path) for path in named if path and Path(path) in ours]
+
+
+def prepare_math_task(files: list[Path], everything: bool = False) -> list[Path]:
+    """Write the MATH task's ``files`` (:func:`math_task_files`) that are missing (all of them
+    with ``everything``): the prompt from the package, the data from the hub (needs the eval
+    extra's ``datasets``). Returns what was written."""
+    folder = files[0].parent
+    prompt = folder / MATH_PROMPT
+    written = []
+    if prompt in files and (everything or not prompt.exists()):
+        prompt.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(MATH_PROMPT_SOURCE, prompt)
+        written.append(prompt)
+    if everything or not all(path.exists() for path in files):
+        written += [path for path in prepare_training_data(folder).values() if path != prompt]
+    return written
+
+
 def prepare_training_data(
     out_dir: str | Path, local_paths: dict[str, str | Path] | None = None
 ) -> dict[str, Path]:
     """Write ``math_train.jsonl``, ``math_validation.jsonl`` (the paper's five benchmarks, for
-    NeMo-RL's validation) and ``validation/<benchmark>.jsonl`` (each, for the evaluation).
+    NeMo-RL's validation), ``validation/<benchmark>.jsonl`` (each, for the evaluation) and the
+    prompt (``math_boxed.txt``).
 
     Args:
         out_dir: folder for the two files.
@@ -252,4 +302,6 @@ def prepare_training_data(
     for name, records in benchmarks.items():
         paths[name] = out_dir / "validation" / f"{name}.jsonl"
         write_jsonl_atomic(records, paths[name])
+    paths["prompt"] = out_dir / MATH_PROMPT
+    shutil.copyfile(MATH_PROMPT_SOURCE, paths["prompt"])
     return paths

@@ -2,7 +2,8 @@
 
 Every command (``nemo-mmpo <command>``, ``python -m nemo_mmpo.<tool>``,
 ``examples/run_mmpo_math.py``) runs its ``main(argv, prog)`` through :func:`handle`: bad input
-is one ``error:`` line naming the value and the fix, exit status 2; an interrupt exits 130
+is one ``error:`` line naming the value and the fix, exit status 2 (a module an extra provides
+and this environment lacks, too: :data:`EXTRA_OF`); an interrupt exits 130
 without a traceback; a run that lost a Ray node or stalled prints its error and exits 1 at once.
 """
 
@@ -25,12 +26,40 @@ class TrainingStalledError(RuntimeError):
     """The run stopped making progress; the message says since when and what was waited for."""
 
 
+#: modules nemo-mmpo's commands import from an extra (``pip install 'nemo-mmpo[<extra>]'``)
+EXTRA_OF = {
+    "datasets": "eval",
+    "pyarrow": "eval",
+    "matplotlib": "eval",
+    "math_verify": "eval",
+    "latex2sympy2_extended": "eval",
+    "tqdm": "eval",
+    "tensorboard": "eval",
+    "transformers": "hf",
+    "omegaconf": "launch",
+    "hydra": "launch",
+    "antlr4": "launch",
+    "pydantic": "launch",
+    "yaml": "launch",
+}
+
+
 def handle(main: Callable[..., int | None], argv: list[str] | None, prog: str) -> int:
     """Run ``main(argv, prog=prog)``; bad input becomes one line on stderr and status 2."""
     try:
         return int(main(argv, prog=prog) or 0)
     except MMPOInputError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:
+        extra = EXTRA_OF.get((error.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(
+            f"error: {prog} needs {error.name}, which is not installed here: "
+            f"pip install 'nemo-mmpo[{extra}]'",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

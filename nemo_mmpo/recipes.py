@@ -14,7 +14,8 @@ with its resolvers registered. :func:`load` runs those same functions:
 A recipe's ``defaults:`` entries name files by a scheme that does not depend on where the
 recipe lives (:func:`resolve_default`): ``nemo_rl/<file>`` is a file of the NeMo-RL checkout
 the run uses (its ``examples/configs``), ``base/<file>`` and ``nemo_mmpo/<file>`` files of
-this package's ``examples/configs``, an absolute path itself, anything else a path relative to
+this package's recipes (package data, ``nemo_mmpo/configs``: the same names from a clone and
+from an installed wheel), an absolute path itself, anything else a path relative to
 the file that names it (NeMo-RL's own rule, which NeMo-RL's configs keep: inside the checkout
 nothing is renamed). :func:`compose` merges them with NeMo-RL's own ``merge_with_override``
 into one config without ``defaults:`` (:attr:`LoadedConfig.composed`); NeMo-RL's
@@ -101,13 +102,24 @@ def nemo_rl_config_module(nemo_rl_root: Path | None) -> tuple[ModuleType | None,
 
 
 #: ``defaults:`` prefixes naming a folder wherever the recipe lives: NeMo-RL's configs (the
-#: checkout the run uses), ours (this package's ``examples/configs``; ``base/`` is short for
+#: checkout the run uses), ours (this package's ``configs``; ``base/`` is short for
 #: ``nemo_mmpo/base/``)
 NEMO_RL_PREFIX, OURS_PREFIX, BASE_PREFIX = "nemo_rl", "nemo_mmpo", "base"
 #: what a run's record (:func:`write_run_record`) starts with: the line saying how it started
 RECORD_HEADER = "# nemo-mmpo run: "
 #: the run's record, in its ``checkpointing.checkpoint_dir`` beside NeMo-RL's ``step_<N>``
 RECORD_NAME = "nemo_mmpo_recipe.yaml"
+
+
+def packaged(entry: str) -> Path | None:
+    """The file of nemo-mmpo's recipes that ``nemo_mmpo/<file>`` (or ``base/<file>``) names,
+    None for any other entry."""
+    first, _, rest = entry.partition("/")
+    if first == OURS_PREFIX and rest:
+        return CONFIGS_DIR / rest
+    if first == BASE_PREFIX and rest:
+        return CONFIGS_DIR / entry
+    return None
 
 
 def resolve_default(entry: str, including: Path, nemo_rl_root: Path | None) -> Path:
@@ -125,11 +137,7 @@ def resolve_default(entry: str, including: Path, nemo_rl_root: Path | None) -> P
                 "NeMo-RL checkout (on a login node too) so that they resolve"
             )
         return nemo_rl_root / "examples" / "configs" / rest
-    if first == OURS_PREFIX and rest:
-        return CONFIGS_DIR / rest
-    if first == BASE_PREFIX and rest:
-        return CONFIGS_DIR / entry
-    return including.parent / entry
+    return packaged(entry) or including.parent / entry
 
 
 def compose(
@@ -209,14 +217,15 @@ def _missing_base(error: FileNotFoundError, path: Path, root: Path | None) -> MM
     missing = Path(error.filename or str(error))
     if root is not None and missing.is_relative_to(root):
         where = f"NeMo-RL's checkout at {root} has no such config (NEMO_RL_PATH names another?)"
-    elif missing.is_relative_to(CONFIGS_DIR):
+    elif missing.resolve().is_relative_to(CONFIGS_DIR):
         where = f"nemo-mmpo's configs ({CONFIGS_DIR}) have no such file"
     else:
         where = "a path relative to the file that names it, or absolute"
     return MMPOInputError(
         f"config {str(path)!r} inherits {missing}, which does not exist: {where}. In "
         "defaults:, nemo_rl/<file> names NeMo-RL's examples/configs/<file> (the checkout of "
-        "NEMO_RL_PATH), base/<file> and nemo_mmpo/<file> nemo-mmpo's examples/configs"
+        "NEMO_RL_PATH), base/<file> and nemo_mmpo/<file> nemo-mmpo's recipes "
+        f"({CONFIGS_DIR})"
     )
 
 
@@ -305,7 +314,9 @@ def _read_composed(module: ModuleType | None, text: str) -> Any:
 def load(
     path: str | Path, overrides: Sequence[str] = (), nemo_rl_root: Path | None = None
 ) -> LoadedConfig:
-    """``path`` (relative to the current directory, or absolute) with ``overrides``, resolved
+    """``path`` (relative to the current directory, or absolute; where no such file is, a
+    ``nemo_mmpo/<file>`` names one of nemo-mmpo's recipes, as in ``defaults:``) with
+    ``overrides``, resolved
     as NeMo-RL's ``run_grpo.py`` resolves it, its ``nemo_rl/`` bases read from ``nemo_rl_root``
     (default: :func:`~nemo_mmpo.checkout.find_nemo_rl_root`). A run's record, or a
     ``step_<N>/config.yaml`` beside one, is read as the run started: its composed config with
@@ -319,7 +330,10 @@ def load(
         from omegaconf import OmegaConf
     except ImportError as error:
         raise _requirements_missing(error) from None
-    path = Path(path).expanduser().resolve()
+    path = Path(path).expanduser()
+    if not path.is_file() and not path.is_absolute():
+        path = packaged(path.as_posix()) or path
+    path = path.resolve()
     if not path.is_file():
         raise MMPOInputError(f"config file {str(path)!r} does not exist or is not a file")
     started = run_start(path)

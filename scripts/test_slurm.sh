@@ -170,7 +170,7 @@ submit() {  # submit RUN_NAME OVERRIDES...: slurm/submit_mmpo.sh's output in $WO
     SBATCH_OUTPUT="$WORK/jobs/slurm-%j.out" \
     ACCOUNT=mmpo PARTITION=mmpo NUM_NODES=1 GPUS_PER_NODE=$GPUS TIME=00:15:00 \
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
-    PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" JOB_NAME="mmpo-test-$run" \
+    PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" WORK_DIR="$checkout_copy" JOB_NAME="mmpo-test-$run" \
     CONFIG=examples/configs/mmpo_tiny_cpu.yaml \
         timeout 120 bash "$checkout_copy/slurm/submit_mmpo.sh" \
         grpo.val_period=0 grpo.val_at_start=false evaluation.enabled=false \

@@ -219,7 +219,7 @@ submit_multinode() {  # submit_multinode NEMO_RL RUN OVERRIDES...: mmpo_multinod
     SBATCH_OUTPUT="$WORK/jobs/slurm-%j.out" \
     ACCOUNT=mmpo PARTITION=mmpo GPUS_PER_NODE=$GPUS TIME=00:15:00 \
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
-    PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" JOB_NAME="mmpo-two-hosts-$run" \
+    PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" WORK_DIR="$checkout_copy" JOB_NAME="mmpo-two-hosts-$run" \
     CONFIG=examples/configs/mmpo_tiny_cpu_two_hosts.yaml \
         timeout 300 bash "$checkout_copy/slurm/mmpo_multinode.sh" \
         grpo.val_period=0 grpo.val_at_start=false evaluation.enabled=false \

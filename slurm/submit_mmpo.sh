@@ -2,8 +2,11 @@
 # Submit an MMPO run through NeMo-RL's own Ray-on-Slurm launcher (ray.sub); every setting is
 # a variable below (or in the environment). slurm/mmpo_1node.sh and slurm/mmpo_multinode.sh
 # call this with their defaults.
-# Usage:  NUM_NODES=2 CONFIG=examples/configs/X.yaml bash slurm/submit_mmpo.sh [overrides]
-#         CONFIG=~/exp/my_task.yaml bash slurm/mmpo_1node.sh     # a recipe in a folder of yours
+# Usage:  NUM_NODES=2 CONFIG=<your recipe> bash /path/to/nemo-mmpo/slurm/submit_mmpo.sh [overrides]
+#         cd ~/exp && CONFIG=my_task.yaml bash ~/nemo-mmpo/slurm/mmpo_1node.sh  # your folder
+# Runs the recipe CONFIG names (default: examples/configs/mmpo_math_qwen3_8b_2nodes.yaml); its
+# relative paths (checkpoints, logs, data) start in WORK_DIR, the directory you submit from by
+# default, mounted at the same path in the job, as NeMo-RL reads them from its working directory.
 # The recipe's cluster.num_nodes / cluster.gpus_per_node are set from NUM_NODES / GPUS_PER_NODE.
 # The batch script is slurm/ray_job.sh: it runs ray.sub unchanged and watches the job's nodes; a
 # lost node ends the job with a line naming it and the checkpoint to resume from. The job is
@@ -30,7 +33,8 @@ CONTAINER="${CONTAINER:-nvcr.io/nvidia/nemo-rl:v0.7.0}"  # NeMo-RL container ima
 NEMO_RL_DIR="${NEMO_RL_DIR:-/opt/nemo-rl}"            # NeMo-RL checkout inside the container
 NEMO_RL_HOST_DIR="${NEMO_RL_HOST_DIR:-}"             # NeMo-RL checkout on the login node (ray.sub)
 MMPO_DIR="${MMPO_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"  # this repository (shared filesystem)
-CONFIG="${CONFIG:-examples/configs/mmpo_math_qwen3_8b_2nodes.yaml}"  # relative to MMPO_DIR, or your own
+CONFIG="${CONFIG:-examples/configs/mmpo_math_qwen3_8b_2nodes.yaml}"  # your recipe, or one of MMPO_DIR's
+WORK_DIR="${WORK_DIR:-$PWD}"                          # the run's relative paths start here
 NUM_NODES="${NUM_NODES:-2}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
 TIME="${TIME:-24:00:00}"
@@ -51,24 +55,16 @@ if [[ ! -f "$RAY_SUB" ]]; then
     echo "No ray.sub at $RAY_SUB: set NEMO_RL_HOST_DIR to a NeMo-RL checkout on the login node" >&2
     exit 2
 fi
-MOUNTS="$MMPO_DIR:$MMPO_DIR${EXTRA_MOUNTS:+,$EXTRA_MOUNTS}"
-# A recipe of your own (CONFIG=~/exp/my_task.yaml, or relative to where you submit from): its
-# folder is mounted at the same path in the job, where its nemo_rl/ bases are the container's
-# NeMo-RL's (NEMO_RL_DIR) and its base/ ones this clone's; nothing is copied into this clone.
-CONFIG="${CONFIG/#\~/$HOME}"
-if [[ "$CONFIG" != /* && -f "$CONFIG" && ! -f "$MMPO_DIR/$CONFIG" ]]; then
-    CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
-fi
-if [[ "$CONFIG" == /* && "$CONFIG" != "$MMPO_DIR"/* ]]; then
-    MOUNTS="$MOUNTS,$(dirname "$CONFIG"):$(dirname "$CONFIG")"
-fi
+# shellcheck source=slurm/job_paths.sh
+source "$MMPO_DIR/slurm/job_paths.sh"  # CONFIG made absolute; MOUNTS: this clone, WORK_DIR, CONFIG's folder
 OVERRIDES=("cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" "$@")
+echo "recipe: $CONFIG (relative paths from $WORK_DIR)" >&2
 
-cd "$MMPO_DIR"  # ray.sub runs COMMAND from the submit directory and writes its logs here
+cd "$WORK_DIR"  # ray.sub runs COMMAND from the submit directory and writes its logs here
 # Check the recipe and overrides before anything is queued (a typo fails here, not on GPUs),
 # with NeMo-RL's own config loader read from the login node's checkout.
 set +e
-plan="$(NEMO_RL_PATH="${NEMO_RL_HOST_DIR}" "$PYTHON" examples/run_mmpo_math.py \
+plan="$(NEMO_RL_PATH="${NEMO_RL_HOST_DIR}" "$PYTHON" "$MMPO_DIR/examples/run_mmpo_math.py" \
     --config "$CONFIG" --dry-run "${OVERRIDES[@]}")"
 status=$?
 set -e
@@ -81,9 +77,9 @@ elif [[ $status -ne 0 ]]; then
     exit 2
 fi
 # The job's watch names the checkpoint to resume from when a node is lost (the plan's line
-# "... checkpoints: DIR; logs: ..."; a relative DIR is under MMPO_DIR, where the job runs).
+# "... checkpoints: DIR; logs: ..."; a relative DIR is under WORK_DIR, where the job runs).
 CHECKPOINT_DIR="$(sed -n 's/.*; checkpoints: \(.*\); logs: .*/\1/p' <<< "$plan" | tail -n 1)"
-[[ -n "$CHECKPOINT_DIR" && "$CHECKPOINT_DIR" != /* ]] && CHECKPOINT_DIR="$MMPO_DIR/$CHECKPOINT_DIR"
+[[ -n "$CHECKPOINT_DIR" && "$CHECKPOINT_DIR" != /* ]] && CHECKPOINT_DIR="$WORK_DIR/$CHECKPOINT_DIR"
 # ray.sub's own #SBATCH lines (--exclusive, --dependency=singleton, ...) as options: the batch
 # script is slurm/ray_job.sh, which runs ray.sub; the options after them win.
 mapfile -t RAY_SUB_DIRECTIVES < <(awk '/^#SBATCH/ {print $2; next} /^#|^$/ {next} {exit}' "$RAY_SUB")
@@ -92,7 +88,7 @@ QUOTED_OVERRIDES="$(printf '%q ' "${OVERRIDES[@]}")"
 # env adds JOB_ENV's assignments, then ray.sub's inputs, to the environment sbatch hands the job.
 read -r -a job_environment <<< "$JOB_ENV"
 env "${job_environment[@]}" \
-COMMAND="cd $(printf '%q' "$MMPO_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR $PYTHON_LAUNCHER examples/run_mmpo_math.py --config $(printf '%q' "$CONFIG") ${QUOTED_OVERRIDES% }" \
+COMMAND="cd $(printf '%q' "$WORK_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR $PYTHON_LAUNCHER $(printf '%q' "$MMPO_DIR/examples/run_mmpo_math.py") --config $(printf '%q' "$CONFIG") ${QUOTED_OVERRIDES% }" \
 CONTAINER="$CONTAINER" \
 MOUNTS="$MOUNTS" \
 GPUS_PER_NODE="$GPUS_PER_NODE" \

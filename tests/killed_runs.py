@@ -64,13 +64,22 @@ def run_until_step_then_kill(
         str(CONFIGS_DIR / recipe),
         *overrides,
     ]
-    output = out / "killed_run.txt"
+    terminal = run_then_kill(command, ROOT, environment, out / "killed_run.txt", until, timeout_s)
+    assert REEXECUTED in terminal, terminal[-3000:]  # uv's script environment moved to NeMo-RL's
+    return terminal
+
+
+def run_then_kill(
+    command: list[str], cwd: Path, environment: dict, output: Path, until: str, timeout_s=900
+) -> str:
+    """``command`` run in ``cwd`` in its own process group, its terminal output into
+    ``output``, killed with SIGKILL once it printed ``until``; returns that output."""
     with output.open("w") as log:
         process = subprocess.Popen(
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=cwd,
             env=environment,
             start_new_session=True,
         )
@@ -83,9 +92,7 @@ def run_until_step_then_kill(
         finally:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
-    terminal = output.read_text()
-    assert REEXECUTED in terminal, terminal[-3000:]  # uv's script environment moved to NeMo-RL's
-    return terminal
+    return output.read_text()
 
 
 def check_terminal_shows_our_lines_only(terminal: str, log_dir: Path, printed_steps: int) -> None:

@@ -4,8 +4,10 @@ disconnect can, on calls NeMo-RL left pending on a dead node)."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import patience
 import pytest
@@ -58,3 +60,56 @@ def test_version_is_the_released_one_in_the_changelog(capsys):
     changelog = (Path(__file__).resolve().parent.parent / "CHANGELOG.md").read_text()
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", changelog, re.MULTILINE)
     assert released and released[0] == __version__  # the newest release heading
+
+
+def test_train_without_nemo_rl_or_a_way_to_it_says_what_to_run(tmp_path):
+    """``nemo-mmpo train`` where ``nemo_rl`` does not import (the 3.11 suite, a login node) and
+    neither a NeMo-RL checkout nor uv is at hand: one line saying what to run, not a traceback
+    (with both, it moves into NeMo-RL's uv project as ``uv run examples/run_mmpo_math.py``
+    does: :func:`nemo_mmpo.launch.environment.reexecute_in_nemo_rl`)."""
+    import os
+
+    if importlib.util.find_spec("nemo_rl") is not None:
+        pytest.skip("nemo_rl imports here: train would start")
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("UV", "NEMO_RL_PATH")
+    }
+    environment["PATH"] = os.path.dirname(sys.executable)  # no uv
+    environment["NEMO_RL_PATH"] = str(tmp_path)  # no NeMo-RL checkout
+    root = Path(__file__).resolve().parents[1]
+    environment["PYTHONPATH"] = str(root)  # this checkout's nemo_mmpo
+    recipe = root / "examples" / "configs" / "mmpo_tiny_cpu.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_mmpo.cli", "train", "--config", str(recipe)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("nemo-mmpo train: nemo_rl is not importable here"), line
+    assert "NEMO_RL_PATH" in line and "--recursive" in line
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_module_of_a_missing_extra_is_one_line_naming_the_extra(capsys):
+    """``--prepare-data`` without ``datasets``, ``eval summary`` without matplotlib: the
+    command says which extra to install instead of a traceback."""
+    from nemo_mmpo.cli import handle
+
+    def main(argv, prog):
+        raise ModuleNotFoundError("No module named 'datasets'", name="datasets")
+
+    assert handle(main, [], "nemo-mmpo train") == 2
+    assert capsys.readouterr().err == (
+        "error: nemo-mmpo train needs datasets, which is not installed here: "
+        "pip install 'nemo-mmpo[eval]'\n"
+    )
+
+    def other(argv, prog):
+        raise ModuleNotFoundError("No module named 'something_else'", name="something_else")
+
+    with pytest.raises(ModuleNotFoundError):  # not an extra's: a bug, with its traceback
+        handle(other, [], "nemo-mmpo train")

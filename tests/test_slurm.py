@@ -55,7 +55,9 @@ def submit(
 def test_a_recipe_in_a_folder_of_ones_own_is_mounted_not_copied(tmp_path):
     """``CONFIG=my_task.yaml`` relative to where one submits (here, a folder outside the
     clone): checked on the login node, made absolute, its folder mounted at the same path in
-    the job (training and watcher), where its ``nemo_rl/`` bases are the container's NeMo-RL's."""
+    the job (training and watcher), where its ``nemo_rl/`` bases are the container's NeMo-RL's;
+    the jobs run there (the recipe's relative paths start where one submits, as NeMo-RL reads
+    them), and the watcher's Slurm output folder is created there."""
     exp = tmp_path / "exp"
     exp.mkdir()
     (exp / "my_task.yaml").write_text(
@@ -69,9 +71,13 @@ def test_a_recipe_in_a_folder_of_ones_own_is_mounted_not_copied(tmp_path):
     words = shlex.split(recorded["COMMAND"])
     assert words[words.index("--config") + 1] == str(exp / "my_task.yaml")
     assert "NEMO_RL_PATH=/opt/nemo-rl" in words
+    assert words[:2] == ["cd", str(exp)] and recorded["PWD"] == str(exp)
+    assert recorded["CHECKPOINT_DIR"] == f"{exp}/results/grpo_megatron"  # NeMo-RL's, relative
     watcher = submit("watch_mmpo.sh", tmp_path, {"CONFIG": "my_task.yaml"}, cwd=exp)
     assert f"--container-mounts={ROOT}:{ROOT},{exp}:{exp}" in watcher["ARGS"]
+    assert f"--container-workdir={exp} " in watcher["ARGS"]
     assert str(exp / "my_task.yaml") in watcher["ARGS"]
+    assert f"--output={exp}/logs/%x-%j.out" in watcher["ARGS"] and (exp / "logs").is_dir()
     assert not (ROOT / "examples" / "configs" / "my_task.yaml").exists()
 
 
@@ -88,8 +94,8 @@ def test_one_node_template(tmp_path):
     assert arguments[:2] == ["--nodes=2", "--exclusive"] and "--no-requeue" in arguments
     assert arguments.index("--nodes=1") > arguments.index("--nodes=2")
     command = recorded["COMMAND"]
-    assert "uv run --project /opt/nemo-rl python examples/run_mmpo_math.py" in command
-    assert "--config examples/configs/mmpo_math_qwen3_1.7b.yaml" in command
+    assert f"uv run --project /opt/nemo-rl python {ROOT}/examples/run_mmpo_math.py" in command
+    assert f"--config {ROOT}/examples/configs/mmpo_math_qwen3_1.7b.yaml" in command
     assert "cluster.num_nodes=1 cluster.gpus_per_node=2" in command
     assert command.endswith("grpo.adv_estimator.truncation_order=3")
     assert recorded["CONTAINER"] == "nvcr.io/nvidia/nemo-rl:v0.7.0"
@@ -164,7 +170,9 @@ def test_without_a_container_the_job_gets_the_launcher_and_the_environment(tmp_p
         },
     )
     command = recorded["COMMAND"]
-    assert "NEMO_RL_PATH=/shared/RL /shared/venv/bin/python examples/run_mmpo_math.py" in command
+    assert f"NEMO_RL_PATH=/shared/RL /shared/venv/bin/python {ROOT}/examples/run_mmpo_math.py" in (
+        command
+    )
     assert "uv run" not in command
     assert recorded["JOB_PATH"] == path
     assert recorded["JOB_MARKER"] == "1"
@@ -196,7 +204,7 @@ def test_every_recipe_submits(tmp_path, recipe):
         assert not (tmp_path / "record.txt").exists()
         return
     recorded = submit("submit_mmpo.sh", tmp_path, extra)
-    assert f"--config examples/configs/{recipe}" in recorded["COMMAND"]
+    assert f"--config {ROOT}/examples/configs/{recipe}" in recorded["COMMAND"]
 
 
 FAKE_SCONTROL = """#!/usr/bin/env bash

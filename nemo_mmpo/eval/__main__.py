@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.checkout import find_nemo_rl_root
 from nemo_mmpo.data import VALIDATION_BENCHMARKS, load_benchmark
 from nemo_mmpo.errors import MMPOInputError, handle
 from nemo_mmpo.eval.generate import DEFAULT_TEMPLATE
@@ -137,9 +137,8 @@ def watch(args: argparse.Namespace) -> None:
     from nemo_mmpo.eval.watch import vllm_engine
     from nemo_mmpo.eval.watch import watch as watch_checkpoints
 
-    loaded = load(Path(args.config).expanduser().resolve(), args.overrides)
-    config = loaded.config
-    os.chdir(REPO_ROOT)  # the recipe's relative paths (checkpoints, logs, data) start here
+    loaded = load(Path(args.config).expanduser(), args.overrides)
+    config = loaded.config  # its relative paths (checkpoints, logs, data): from here, as train's
     settings = read_settings(config.get("evaluation"))
     if not settings.enabled:
         raise MMPOInputError("evaluation.enabled is false in this recipe: nothing to watch for")

@@ -54,25 +54,35 @@ def can_reexecute() -> bool:
     )
 
 
-def reexecute_in_nemo_rl(script: Path, argv: list[str], reason: str, repo_root: Path) -> None:
-    """Replace this process by ``script argv`` inside NeMo-RL's uv project, or exit saying how
-    to run it. In NeMo-RL's container uv's own variables (``UV_PROJECT_ENVIRONMENT``,
-    ``UV_NO_SYNC``) make that the prepared environment, with no sync."""
+def reexecute_in_nemo_rl(
+    script: Path | None,
+    argv: list[str],
+    reason: str,
+    pythonpath: Path | str,
+    prog: str = "run_mmpo_math.py",
+) -> None:
+    """Replace this process by ``script argv`` (``python -m nemo_mmpo.cli train argv`` when
+    ``script`` is None: ``nemo-mmpo train``) inside NeMo-RL's uv project, with ``pythonpath``
+    (the folder that holds ``nemo_mmpo``) on ``PYTHONPATH``, or exit saying how to run it. In
+    NeMo-RL's container uv's own variables (``UV_PROJECT_ENVIRONMENT``, ``UV_NO_SYNC``) make
+    that the prepared environment, with no sync."""
     if not can_reexecute():
         sys.exit(
-            f"run_mmpo_math.py: {reason}. Run it inside NeMo-RL's environment: in its container "
-            "(NeMo-RL at /opt/nemo-rl), or set NEMO_RL_PATH=<your NeMo-RL v0.7.0 checkout> and "
-            "have `uv` on PATH. For a plan without NeMo-RL use --dry-run from an environment "
-            "with nemo-mmpo's launch extra (pip install -e '.[launch]')."
+            f"{prog}: {reason}. Run it inside NeMo-RL's environment (its container, with "
+            "nemo-mmpo installed there: pip install nemo-mmpo), or set NEMO_RL_PATH=<your "
+            "NeMo-RL v0.7.0 checkout, cloned with --recursive> and have `uv` on PATH, which "
+            "moves it there. For a plan without NeMo-RL use --dry-run (pip install "
+            "'nemo-mmpo[launch]')."
         )
     root, uv = nemo_rl_root_without_imports(), uv_executable()
     environment = dict(os.environ, NEMO_RL_PATH=str(root))
     environment[REEXEC_FLAG] = "1"
     environment["PYTHONPATH"] = os.pathsep.join(
-        [str(repo_root), *filter(None, [os.environ.get("PYTHONPATH")])]
+        [str(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
     # uv run's script environment is not NeMo-RL's: uv must pick the project's, not this one
     environment.pop("VIRTUAL_ENV", None)
-    command = [uv, "run", "--project", str(root), "python", str(script.resolve())]
+    target = [str(script.resolve())] if script is not None else ["-m", "nemo_mmpo.cli", "train"]
+    command = [uv, "run", "--project", str(root), "python", *target]
     print(f"[nemo-mmpo] {reason}; re-running in NeMo-RL's environment at {root}", flush=True)
     os.execve(uv, [*command, *argv], environment)

@@ -3,7 +3,8 @@
 Each key's default and allowed values are read from the typed settings (the estimator section
 built from the registry, :class:`~nemo_mmpo.nemo_rl.dmpo_batch_terms.DMPOSettings`,
 :class:`~nemo_mmpo.eval.protocol.EvaluationSettings`) and from
-``examples/configs/base/mmpo_common.yaml``, which every recipe inherits; the metric names from
+``base/mmpo_common.yaml`` (nemo-mmpo's keys, which a recipe lists; the paper's task settings,
+``base/paper_math.yaml``, give the paper loss table's recipe column); the metric names from
 running the estimator and DMPO's batch terms on a small batch. What each key does and what
 each metric tells is written once, here (:data:`ESTIMATOR_KEYS`, :data:`LOSS_KEYS`,
 :data:`EVALUATION_KEYS`, :data:`METRICS`). A key or a metric without a description here, or a
@@ -21,13 +22,14 @@ import re
 import sys
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import annotated_types
 import torch
 import yaml
 
-from nemo_mmpo.checkout import REPO_ROOT
+from nemo_mmpo.checkout import CONFIGS_DIR, REPO_ROOT
 from nemo_mmpo.estimators import available_estimators, estimator_options
 from nemo_mmpo.eval.protocol import EvaluationSettings
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
@@ -44,7 +46,9 @@ from nemo_mmpo.nemo_rl.paper_settings import PAPER_LOSS_SETTINGS
 from nemo_mmpo.settings import Settings
 
 DOCS_PAGE = REPO_ROOT / "docs" / "keys.md"
-COMMON_RECIPE = REPO_ROOT / "examples" / "configs" / "base" / "mmpo_common.yaml"
+COMMON_RECIPE = CONFIGS_DIR / "base" / "mmpo_common.yaml"
+#: the paper's task settings, which the paper's recipes list after :data:`COMMON_RECIPE`
+PAPER_RECIPE = CONFIGS_DIR / "base" / "paper_math.yaml"
 
 #: ``paper`` of a key whose paper value is its default
 AS_DEFAULT = "as default"
@@ -269,9 +273,10 @@ def _allowed(annotation: Any, metadata: list[Any]) -> str:
     raise ValueError(f"no wording for the type {annotation!r}: add it to nemo_mmpo.launch.keys")
 
 
-def _common_section(path: str) -> dict[str, Any]:
-    """``path``'s section of ``base/mmpo_common.yaml`` (what every recipe inherits)."""
-    section = yaml.safe_load(COMMON_RECIPE.read_text(encoding="utf-8"))
+def _common_section(path: str, recipe: Path = COMMON_RECIPE) -> dict[str, Any]:
+    """``path``'s section of ``base/mmpo_common.yaml`` (what a recipe inherits), or of
+    another ``recipe``."""
+    section = yaml.safe_load(recipe.read_text(encoding="utf-8"))
     for part in path.split("."):
         section = (section or {}).get(part) or {}
     return section
@@ -364,9 +369,10 @@ class _LossName(Settings):
 
 
 def paper_loss_table() -> str:
-    """NeMo-RL's ``loss_fn`` keys the paper fixes, with the value every recipe inherits."""
-    inherited = _common_section("loss_fn")
-    lines = ["| NeMo-RL key | the paper | our recipes |", "| --- | --- | --- |"]
+    """NeMo-RL's ``loss_fn`` keys the paper fixes, with the value the paper's recipes inherit
+    (``base/paper_math.yaml``)."""
+    inherited = _common_section("loss_fn", PAPER_RECIPE)
+    lines = ["| NeMo-RL key | the paper | the paper's recipes |", "| --- | --- | --- |"]
     for key, paper in PAPER_LOSS_SETTINGS.items():
         ours = _cell(inherited[key]) if key in inherited else "NeMo-RL's default"
         lines.append(f"| `loss_fn.{key}` | {_cell(paper)} | {ours} |")

@@ -29,7 +29,7 @@ def watched(monkeypatch, tmp_path):
         return {}
 
     monkeypatch.setattr("nemo_mmpo.eval.watch.watch", stand_in)
-    monkeypatch.chdir(tmp_path)  # the watcher moves to the repository root; put back after
+    monkeypatch.chdir(tmp_path)  # the recipe's relative paths start in the working directory
     return calls
 
 

@@ -16,6 +16,7 @@ import pytest
 from nemo_rl_support import nemo_rl_checkout
 
 from nemo_mmpo import MMPOInputError
+from nemo_mmpo.data import math_task_files, prepare_math_task
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.plan import describe
 from nemo_mmpo.launch.rules import RULES, check
@@ -143,9 +144,14 @@ def test_paper_recipe_values():
     assert config["cluster"]["gpus_per_node"] * config["cluster"]["num_nodes"] == 2
 
 
-def test_prompt_file_shows_the_model_a_single_backslash():
+def test_prompt_file_shows_the_model_a_single_backslash(tmp_path):
+    """The paper's prompt, which the MATH task's preparation writes where the recipe names it
+    (beside its data, relative to the working directory, as NeMo-RL reads it)."""
     config = load_run_config(ROOT / "examples/configs/mmpo_math_qwen3_1.7b.yaml").config
-    template = (ROOT / config["data"]["default"]["prompt_file"]).read_text()
+    prompt = Path(config["data"]["default"]["prompt_file"])
+    assert prompt in math_task_files(config)
+    assert prepare_math_task([tmp_path / prompt]) == [tmp_path / prompt]  # no hub: the prompt only
+    template = (tmp_path / prompt).read_text()
     prompt = template.format("What is 1+1?")
     assert prompt.startswith("What is 1+1?\n")
     assert "put your final answer within \\boxed{}." in prompt

@@ -132,6 +132,9 @@ def test_the_entry_point_hands_each_recipe_to_its_script(
     ran = []
     monkeypatch.setattr(train, "install", lambda: ["hooked"])
     monkeypatch.setattr(runpy, "run_path", lambda path, run_name: ran.append(path))
+    # where nemo_rl does not import (the 3.11 suite), train would move into NeMo-RL's uv
+    # project first (tests/test_cli.py): here it goes on to the script, as it does there
+    monkeypatch.setattr(train, "_move_into_nemo_rl", lambda argv, prog: None)
     monkeypatch.setenv("NEMO_RL_PATH", str(checkout.root))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", list(__import__("sys").argv))

@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.checkout import REPO_ROOT
+from nemo_mmpo.checkout import CONFIGS_DIR, REPO_ROOT
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.io import write_text_atomic
 from nemo_mmpo.recipes import load
 
 ENTRY = REPO_ROOT / "examples" / "run_mmpo_math.py"
 #: The tiny CPU recipe (MMPO), which the spread and the study run with overrides.
-TINY_RECIPE = REPO_ROOT / "examples" / "configs" / "mmpo_tiny_cpu.yaml"
+TINY_RECIPE = CONFIGS_DIR / "mmpo_tiny_cpu.yaml"
 FINISHED = "finished.json"
 
 
@@ -50,12 +50,13 @@ def run_recipe(
     resolved = load(recipe, overrides).config
     write_text_atomic(run_dir / "run_config.json", json.dumps(resolved, indent=2) + "\n")
     started = time.monotonic()
-    command = [sys.executable, str(ENTRY), "--config", str(recipe), *overrides]
+    # the clone's entry point; installed (no examples/), the same command by module
+    entry = [str(ENTRY)] if ENTRY.is_file() else ["-m", "nemo_mmpo.cli", "train"]
+    command = [sys.executable, *entry, "--config", str(recipe), *overrides]
     with open(run_dir / "terminal.txt", "a") as terminal:
         result = subprocess.run(
             command,
             env={**os.environ, **(environment or {})},
-            cwd=REPO_ROOT,
             stdout=terminal,
             stderr=subprocess.STDOUT,
         )

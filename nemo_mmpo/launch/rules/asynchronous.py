@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.checkout import find_nemo_rl_root
 from nemo_mmpo.cpu.rig.single_controller import problem as single_controller_cpu_problem
 from nemo_mmpo.data import BENCHMARKS
 from nemo_mmpo.launch import trainers
@@ -21,7 +21,7 @@ def training_prompts(config: dict[str, Any]) -> tuple[int, str] | None:
     data_path = value(config, "data.train.data_path")
     if not isinstance(data_path, str):
         return None
-    path = Path(data_path) if Path(data_path).is_absolute() else REPO_ROOT / data_path
+    path = Path(data_path)  # relative: to the working directory, as NeMo-RL reads it
     if path.is_file():
         with path.open(encoding="utf-8") as handle:
             return sum(1 for line in handle if line.strip()), data_path
