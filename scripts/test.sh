@@ -108,7 +108,7 @@ suite=(env "NEMO_RL_PATH=${NEMO_RL_PATH:-$checkout}" bash -c '
     started=$SECONDS code=0
     "$@" || code=$?
     echo "$((SECONDS - started)) $code" >"$SUITE_DONE"' bash
-    "$VENV/bin/python" -m pytest -n "${NEMO_MMPO_TEST_WORKERS:-2}" "$@")
+    "$VENV/bin/python" -m pytest -n "${NEMO_MMPO_TEST_WORKERS:-2}" -p no:cacheprovider "$@")
 [[ -n "${NEMO_RL_PATH:-$checkout}" ]] || suite=("${suite[@]:2}")  # no checkout: the tests say why they skip
 export SUITE_DONE="$logs/suite.done"
 in_background suite_group "$logs/suite" "${suite[@]}"

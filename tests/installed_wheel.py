@@ -19,12 +19,22 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+import patience
+
 ROOT = Path(__file__).resolve().parents[1]
 #: what a wheel is built from (a copy: a build writes build/ and *.egg-info beside its source)
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "nemo_mmpo")
 #: folders of the checkout that other processes write while a test runs (the snapshots'
 #: sessions' logs and caches, the environments, bytecode), left out of :func:`tree_state`
-SHARED_FOLDERS = {".git", "__pycache__", ".nemo-rl", ".pytest_cache", ".ruff_cache", "_build"}
+SHARED_FOLDERS = {
+    ".git",
+    "__pycache__",
+    ".nemo-rl",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "_build",
+}
 
 
 def build_wheel(into: Path) -> Path:
@@ -40,7 +50,9 @@ def build_wheel(into: Path) -> Path:
             source.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*command, "-w", str(into / "dist"), str(source)], check=True, timeout=300)
+    subprocess.run(
+        [*command, "-w", str(into / "dist"), str(source)], check=True, timeout=patience.COMMAND_S
+    )
     (wheel,) = (into / "dist").glob("nemo_mmpo-*.whl")
     return wheel
 
@@ -62,7 +74,7 @@ def environment_with(wheel: Path, into: Path) -> Path:
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
         check=True,
-        timeout=300,
+        timeout=patience.COMMAND_S,
     )
     return into
 

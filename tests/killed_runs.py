@@ -70,7 +70,12 @@ def run_until_step_then_kill(
 
 
 def run_then_kill(
-    command: list[str], cwd: Path, environment: dict, output: Path, until: str, timeout_s=900
+    command: list[str],
+    cwd: Path,
+    environment: dict,
+    output: Path,
+    until: str,
+    timeout_s=patience.RUN_S,
 ) -> str:
     """``command`` run in ``cwd`` in its own process group, its terminal output into
     ``output``, killed with SIGKILL once it printed ``until``; returns that output."""

@@ -18,6 +18,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import patience
 import pytest
 import torch
 from in_loop_evaluation import check_in_loop_evaluations
@@ -161,7 +162,7 @@ def users_run_killed_and_resumed(tmp_path: Path, warm_starts: Path) -> tuple[Pat
     checkout, site = tree_state(ROOT), tree_state(site_packages(environment), skip=set())
     killed = run_then_kill(command, user, variables, tmp_path / "killed.txt", "step    6/12")
     resumed = subprocess.run(
-        command, cwd=user, env=variables, capture_output=True, text=True, timeout=900
+        command, cwd=user, env=variables, capture_output=True, text=True, timeout=patience.RUN_S
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert changed(checkout, tree_state(ROOT)) == []  # nothing written into the clone
