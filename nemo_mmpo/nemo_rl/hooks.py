@@ -45,13 +45,19 @@ calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
   unhooked it would train NeMo-RL's loss under our name.
 
 Before it wraps anything, :func:`install` checks NeMo-RL's side of the contract and refuses,
-in one error naming NeMo-RL's version and the versions we support, when a module that exists
-lacks a hook point, when a function lacks a parameter its wrapper reads by name
-(``inspect.signature``), or when NeMo-RL's own estimator factory already compares
-``name`` against one of our names (read from its source with :mod:`ast`). Refused, not renamed:
-our factory answers first, so such a name would silently stop meaning NeMo-RL's estimator, and
-renaming ours would silently change what existing recipes train; either way one name would
-mean two estimators depending on the installed NeMo-RL.
+in one error naming NeMo-RL's version and the versions we support, when NeMo-RL is older than
+0.6.0, a module that exists lacks a hook point, a function lacks a parameter its wrapper reads
+by name (``inspect.signature``), a hooked name is off its trainers' path (an alias, or a
+trainer that no longer calls it by that name), a loaded module calls an original past the
+hooks, or NeMo-RL builds something under one of our names (its factory and loss called with
+them: :mod:`~nemo_mmpo.nemo_rl.contract`). Refused, not renamed: our factory answers first, so
+such a name would silently stop meaning NeMo-RL's estimator, and renaming ours would silently
+change what existing recipes train; either way one name would mean two estimators depending on
+the installed NeMo-RL. ``grpo_train`` and ``async_grpo_train`` are hooked to refuse, before
+their first step, what the recipe needs and this NeMo-RL or driver cannot give (DMPO's loss and
+penalties hook, ``validate`` for ``evaluation.in_loop``;
+:func:`~nemo_mmpo.nemo_rl.refusals.trainer_problem`), as ``grpo_train_sync`` is for
+``validate_sync``.
 
 Where NeMo-RL's ``MasterConfig`` lists its own estimator names as a ``Literal`` (pull request
 #3773), our names are added to it (:mod:`nemo_mmpo.nemo_rl.literal_names`), and every
