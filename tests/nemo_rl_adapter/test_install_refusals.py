@@ -8,10 +8,11 @@
 - NeMo-RL's side of the contract is checked before anything is wrapped: on copies of the
   imported NeMo-RL changed as a release could change it, ``install()`` in a fresh process
   refuses with one error naming every change (a renamed parameter; a renamed hook point; our
-  estimator names built by an ``if``/``elif`` or by a registry behind a helper, found by calling
-  the factory; a hooked function renamed with the old name kept as an alias; a trainer that
-  calls a hook through its module; ``setup()`` building the loss under another name; a module
-  calling an original past the hooks), or installs without the trainer modules it lacks.
+  estimator names built by an ``if``/``elif`` or by a registry behind a helper, and NeMo-RL's
+  loss reacting to ``loss_fn.name: dmpo``, found by calling them; a hooked function renamed
+  with the old name kept as an alias; a trainer that calls a hook through its module;
+  ``setup()`` building the loss under another name; a module calling an original past the
+  hooks), or installs without the trainer modules it lacks.
 """
 
 from __future__ import annotations
@@ -175,6 +176,16 @@ def test_a_changed_contract_is_refused_before_anything_is_hooked(tmp_path):
         "adv_estimator = _grpo_module._create_advantage_estimator(master_config)",
     )
     append(sync_file, "import nemo_rl.algorithms.grpo as _grpo_module")
+    # NeMo-RL's loss reacts to one of our loss names
+    append(
+        algorithms / "loss" / "loss_functions.py",
+        "_plain_init = ClippedPGLossFn.__init__\n\n\n"
+        "def _init_knowing_dmpo(self, cfg, *args, **kwargs):\n"
+        "    if getattr(cfg, 'name', None) == 'dmpo':\n"
+        "        raise NotImplementedError('NeMo-RL builds its own dmpo')\n"
+        "    _plain_init(self, cfg, *args, **kwargs)\n\n\n"
+        "ClippedPGLossFn.__init__ = _init_knowing_dmpo",
+    )
     # a hook point renamed
     substitute(algorithms / "ppo.py", r"\b_create_advantage_estimator\(", "_create_estimator(")
     result = run_in(tmp_path)
@@ -196,9 +207,12 @@ def test_a_changed_contract_is_refused_before_anything_is_hooked(tmp_path):
         "nemo_rl.algorithms.grpo_sync.grpo_train_sync no longer calls "
         "_create_advantage_estimator by that name",
         "nemo_rl.algorithms.ppo has no attribute '_create_advantage_estimator'",
+        "grpo.ClippedPGLossFn, asked for loss_fn.name 'dmpo' on a minimal config, answers "
+        "NotImplementedError",
     ):
         assert problem in refusal, (problem, refusal)
-    assert "'mmpo'" not in refusal and "'passk_chen'" not in refusal  # no clash NeMo-RL lacks
+    for absent in ("estimator 'mmpo'", "'passk_chen'", "loss_fn.name 'mmpo'"):
+        assert absent not in refusal  # no clash where NeMo-RL has none
 
 
 def test_trainer_modules_a_nemo_rl_lacks_are_left_out(tmp_path):
