@@ -185,7 +185,7 @@ METRICS: dict[str, str] = {
     "success_rate": "Share of the step's rollouts that succeed (the 0/1 reward's mean).",
     "num_groups": "Prompt groups in the step.",
     "advantage_abs_max": "Largest absolute advantage of the step: compare with "
-    "`grpo.advantage_clip_high` (the dry run warns when it clips MMPO's weights).",
+    "`grpo.advantage_clip_high` (the dry run warns when NeMo-RL clips after our estimator).",
     "advantage_abs_mean": "Mean absolute advantage over the step's rollouts: the size of the "
     "update's "
     "signal.",

@@ -23,6 +23,7 @@ them in the policy workers.
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
@@ -72,12 +73,38 @@ class DMPOSettings(Settings):
         ]
 
 
+def misspelt_dmpo_key(loss_config: Any) -> str | None:
+    """Why a key of ``loss_fn`` that looks like one of DMPO's but is none of them is refused
+    (``dmpo_wieght``: NeMo-RL keeps unknown ``loss_fn`` keys as extras and nothing would read
+    it), or None. Checked whatever ``loss_fn.name`` is, as the estimator's keys are."""
+    known = list(DMPOSettings.model_fields)
+    for key in sections.present_keys(loss_config):
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.8)
+        if key.lower().startswith("dmpo") or close:
+            hint = f"did you mean loss_fn.{close[0]}? " if close else ""
+            return (
+                f"loss_fn.{key}={sections.value(loss_config, key)!r} is not a setting of DMPO "
+                f"(nothing would read it): {hint}DMPO's keys are {', '.join(known)}"
+            )
+    return None
+
+
+def refuse_misspelt_dmpo_key(loss_config: Any) -> None:
+    problem = None if loss_config is None else misspelt_dmpo_key(loss_config)
+    if problem is not None:
+        raise MMPOInputError(problem)
+
+
 def read_dmpo_settings(loss_config: Any) -> DMPOSettings:
-    """The ``dmpo_*`` keys of ``loss_fn`` (mapping or pydantic model), validated.
+    """The ``dmpo_*`` keys of ``loss_fn`` (mapping or pydantic model), validated; a key that
+    misspells one of them is refused (:func:`misspelt_dmpo_key`).
 
     Raises:
         MMPOInputError: naming the key, its value and what is accepted.
     """
+    refuse_misspelt_dmpo_key(loss_config)
     values = {
         key: sections.value(loss_config, key)
         for key in sections.present_keys(loss_config)
@@ -106,7 +133,9 @@ def forced_ratio_problem(loss_config: Any) -> str | None:
 
 def unread_dmpo_settings(loss_config: Any) -> list[str]:
     """One message for each of DMPO's ``loss_fn`` keys set to a value other than its default
-    while ``loss_fn.name`` is not ``dmpo`` (no other loss reads them)."""
+    while ``loss_fn.name`` is not ``dmpo`` (no other loss reads them). Raises on a key that
+    misspells one of them (:func:`misspelt_dmpo_key`), whatever the loss."""
+    refuse_misspelt_dmpo_key(loss_config)
     if loss_config is None or is_dmpo_loss(loss_config):
         return []
     values = {key: sections.value(loss_config, key) for key in sections.present_keys(loss_config)}

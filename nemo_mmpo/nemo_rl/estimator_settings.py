@@ -38,7 +38,12 @@ from nemo_mmpo.estimators import (
     group_size_need,
 )
 from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.names import MMPO_ESTIMATOR, NEMO_RL_ESTIMATOR_KEYS, NEMO_RL_ESTIMATORS
+from nemo_mmpo.nemo_rl.names import (
+    MMPO_ESTIMATOR,
+    NEMO_RL_ESTIMATOR_KEYS,
+    NEMO_RL_ESTIMATORS,
+    near_miss,
+)
 from nemo_mmpo.objectives import (
     TRANSFORM_PARAMETERS,
     TRANSFORMS,
@@ -156,8 +161,9 @@ def read_estimator_settings(config: Any) -> EstimatorSettings:
     names = estimator_names()
     if name not in names:
         hint = ""
-        if isinstance(name, str) and name.lower() in names:
-            hint = f" (names are case-sensitive: did you mean {name.lower()!r}?)"
+        spelling = near_miss(name, names)
+        if spelling is not None:
+            hint = f" (names are matched exactly: did you mean {spelling!r}?)"
         elif name in mmpo_formulas():
             hint = f" ({name!r} is a formula of MMPO: name=mmpo, estimator={name})"
         ours = [f"{MMPO_ESTIMATOR} (estimator: {', '.join(mmpo_formulas())})", *names[1:]]
@@ -266,4 +272,32 @@ def group_size_problem(settings: EstimatorSettings, group_size: int) -> str | No
     return (
         f"{_chosen(settings)} with grpo.num_generations_per_prompt={group_size}: it needs "
         f"{need.requirement}; {need.remedy}"
+    )
+
+
+#: NeMo-RL's settings that clamp every estimator's advantages after it (``_clip_grpo_advantages``
+#: in ``grpo_train``, ``async_grpo_train`` and ``grpo_train_sync``; the single controller's stage)
+ADVANTAGE_CLIP_KEYS = ("advantage_clip_low", "advantage_clip_high")
+
+
+def advantage_clip_warning(settings: EstimatorSettings, grpo_config: Any) -> str | None:
+    """One line when ``grpo.advantage_clip_low``/``_high`` are set: NeMo-RL clamps the
+    advantages our estimator computed, so the run does not train the chosen objective's
+    gradient; None when neither is set."""
+    clips = {
+        key: clip
+        for key in ADVANTAGE_CLIP_KEYS
+        if (clip := sections.value(grpo_config, key)) is not None
+    }
+    if not clips:
+        return None
+    weight = ""
+    if settings.objective.name.startswith("mmpo"):
+        weight_max = sum(settings.objective.weight_coefficients())
+        weight = f" (MMPO's weight reaches {weight_max:g} at f = 1)"
+    return (
+        f"{', '.join(f'grpo.{key}={clip}' for key, clip in clips.items())}: NeMo-RL clamps the "
+        f"advantages after nemo-mmpo's estimator ({_chosen(settings)}), so the run does not "
+        f"train the {settings.objective.name} objective's gradient{weight}; set them to null "
+        "to train it unclipped"
     )

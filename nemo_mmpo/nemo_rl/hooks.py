@@ -45,13 +45,19 @@ calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
   unhooked it would train NeMo-RL's loss under our name.
 
 Before it wraps anything, :func:`install` checks NeMo-RL's side of the contract and refuses,
-in one error naming NeMo-RL's version and the versions we support, when a module that exists
-lacks a hook point, when a function lacks a parameter its wrapper reads by name
-(``inspect.signature``), or when NeMo-RL's own estimator factory already compares
-``name`` against one of our names (read from its source with :mod:`ast`). Refused, not renamed:
-our factory answers first, so such a name would silently stop meaning NeMo-RL's estimator, and
-renaming ours would silently change what existing recipes train; either way one name would
-mean two estimators depending on the installed NeMo-RL.
+in one error naming NeMo-RL's version and the versions we support, when NeMo-RL is older than
+0.6.0, a module that exists lacks a hook point, a function lacks a parameter its wrapper reads
+by name (``inspect.signature``), a hooked name is off its trainers' path (an alias, or a
+trainer that no longer calls it by that name), a loaded module calls an original past the
+hooks, or NeMo-RL builds something under one of our names (its factory and loss called with
+them: :mod:`~nemo_mmpo.nemo_rl.contract`). Refused, not renamed: our factory answers first, so
+such a name would silently stop meaning NeMo-RL's estimator, and renaming ours would silently
+change what existing recipes train; either way one name would mean two estimators depending on
+the installed NeMo-RL. ``grpo_train`` and ``async_grpo_train`` are hooked to refuse, before
+their first step, what the recipe needs and this NeMo-RL or driver cannot give (DMPO's loss and
+penalties hook, ``validate`` for ``evaluation.in_loop``;
+:func:`~nemo_mmpo.nemo_rl.refusals.trainer_problem`), as ``grpo_train_sync`` is for
+``validate_sync``.
 
 Where NeMo-RL's ``MasterConfig`` lists its own estimator names as a ``Literal`` (pull request
 #3773), our names are added to it (:mod:`nemo_mmpo.nemo_rl.literal_names`), and every
@@ -84,31 +90,34 @@ from nemo_mmpo.nemo_rl.actor_hooks import (
     SINGLE_CONTROLLER_ACTOR,
     chunked_metrics_reducer,
 )
+from nemo_mmpo.nemo_rl.contract import (
+    SUPPORTED,
+    estimator_clashes,
+    loss_clashes,
+    nemo_rl_version,
+    path_problems,
+    stray_references,
+    version_problem,
+)
 from nemo_mmpo.nemo_rl.estimator_settings import estimator_names
 from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names, unreachable_literal
-from nemo_mmpo.nemo_rl.refusals import factory_names
+from nemo_mmpo.nemo_rl.names import DMPO_LOSS, MMPO_LOSS
 
-SUPPORTED = "NeMo-RL v0.6.0 or newer (tested: v0.7.0 and main)"
 GRPO = "nemo_rl.algorithms.grpo"
 GRPO_SYNC = "nemo_rl.algorithms.grpo_sync"
 SINGLE_CONTROLLER = "nemo_rl.algorithms.single_controller_utils.setup"
 #: the package whose ``setup_single_controller`` ``run_grpo_single_controller.py`` imports
 SINGLE_CONTROLLER_PACKAGE = "nemo_rl.algorithms.single_controller_utils"
 PPO = "nemo_rl.algorithms.ppo"
-
-
-def _nemo_rl_version() -> str:
-    try:
-        import nemo_rl
-
-        return str(getattr(nemo_rl, "__version__", "unknown"))
-    except Exception:
-        return "not importable"
+#: NeMo-RL's pool of advantage actors (after our snapshot: ``async_rl.num_advantage_workers``)
+ADVANTAGE_ACTORS = "nemo_rl.algorithms.advantage_actor"
+#: the loss config model NeMo-RL's ``ClippedPGLossFn`` is built from
+LOSS_CONFIG = ("nemo_rl.algorithms.loss", "ClippedPGLossConfig")
 
 
 def _hook_error(detail: str) -> RuntimeError:
     return RuntimeError(
-        f"nemo-mmpo cannot install into NeMo-RL {_nemo_rl_version()}: {detail}. "
+        f"nemo-mmpo cannot install into NeMo-RL {nemo_rl_version()}: {detail}. "
         f"nemo-mmpo supports {SUPPORTED}; please report the NeMo-RL version in an issue"
     )
 
@@ -119,56 +128,92 @@ class Hook:
     """One name :func:`install` replaces in one NeMo-RL module.
 
     ``wrap(original)`` returns the replacement, which reads the parameters ``reads`` of
-    NeMo-RL's ``original`` by name; ``answers_ours``: it answers our estimator names before
-    NeMo-RL's factory does, which must not know them; ``required``: a module without the name
-    is refused (otherwise it is hooked where present).
+    NeMo-RL's ``original`` by name; ``callers``: the module's trainers (functions, or
+    ``Class.method``) that must call it by that name (:func:`~nemo_mmpo.nemo_rl.contract.
+    path_problems`); ``answers_ours``: it answers our estimator names (``"estimator"``) or
+    loss names (``"loss"``) before NeMo-RL does, which must not build anything under them
+    (:func:`~nemo_mmpo.nemo_rl.contract.estimator_clashes`, ``loss_clashes``); ``required``: a
+    module without the name is refused (otherwise it is hooked where present, and a recipe
+    that needs it is refused before the first step where it is absent).
     """
 
     wrap: Callable[[Any], Any]
     reads: tuple[str, ...]
-    answers_ours: bool = False
+    callers: tuple[str, ...] = ()
+    answers_ours: str = ""
     required: bool = True
 
 
-_ESTIMATOR = Hook(wrappers.estimator_factory, ("master_config",), answers_ours=True)
-_METRICS = Hook(wrappers.metrics_logger, ("metrics",))
+_TRAINERS = ("grpo_train", "async_grpo_train")
 #: ``{module: {name: hook}}``; only the ``grpo`` module must exist.
 HOOKS: dict[str, dict[str, Hook]] = {
     GRPO: {
-        "_create_advantage_estimator": _ESTIMATOR,
-        "ClippedPGLossFn": Hook(wrappers.loss_factory, ("cfg",)),
-        "_log_mixed_rewards_and_advantages_information": _METRICS,
-        # DMPO needs this one and says so when it is missing (DMPOLossFn finds no terms)
+        "_create_advantage_estimator": Hook(
+            wrappers.estimator_factory, ("master_config",), _TRAINERS, "estimator"
+        ),
+        "ClippedPGLossFn": Hook(wrappers.loss_factory, ("cfg",), ("setup",), "loss"),
+        "_log_mixed_rewards_and_advantages_information": Hook(
+            wrappers.metrics_logger, ("metrics",), ("grpo_train",)
+        ),
+        # DMPO needs this one: grpo_train and async_grpo_train refuse DMPO where it is missing
         "_apply_configured_message_level_advantage_penalties": Hook(
-            wrappers.batch_penalties, ("train_data", "master_config"), required=False
+            wrappers.batch_penalties, ("train_data", "master_config"), _TRAINERS, required=False
         ),
+        # evaluation.in_loop needs this one (refused likewise where it is missing)
         "validate": Hook(
-            wrappers.validation, ("policy_generation", "step", "master_config"), required=False
+            wrappers.validation,
+            ("policy_generation", "step", "master_config"),
+            _TRAINERS,
+            required=False,
         ),
+        "grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "master_config")),
+        "async_grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "master_config")),
     },
     GRPO_SYNC: {
         "_create_advantage_estimator": Hook(
-            wrappers.sync_estimator_factory, ("master_config",), answers_ours=True
+            wrappers.sync_estimator_factory, ("master_config",), ("grpo_train_sync",), "estimator"
         ),
-        "_log_mixed_rewards_and_advantages_information": _METRICS,
-        "grpo_train_sync": Hook(wrappers.sync_trainer, ("policy_generation",)),
-        "validate_sync": Hook(wrappers.sync_validation, ("step", "master_config")),
+        "_log_mixed_rewards_and_advantages_information": Hook(
+            wrappers.metrics_logger, ("metrics",), ("grpo_train_sync",)
+        ),
+        "grpo_train_sync": Hook(wrappers.sync_trainer, ("policy_generation", "master_config")),
+        "validate_sync": Hook(
+            wrappers.sync_validation, ("step", "master_config"), ("grpo_train_sync",), "", False
+        ),
     },
     SINGLE_CONTROLLER: {
         "_create_advantage_estimator": Hook(
-            wrappers.single_controller_estimator_factory, ("master_config",), answers_ours=True
+            wrappers.single_controller_estimator_factory,
+            ("master_config",),
+            ("setup_single_controller",),
+            "estimator",
         ),
-        "ClippedPGLossFn": Hook(wrappers.single_controller_loss_factory, ("cfg",)),
+        "ClippedPGLossFn": Hook(
+            wrappers.single_controller_loss_factory, ("cfg",), ("setup_single_controller",), "loss"
+        ),
+        # where NeMo-RL has a pool of advantage actors: refused for our estimators
+        "create_advantage_actors": Hook(
+            wrappers.advantage_actor_pool, ("advantage_estimator",), required=False
+        ),
+    },
+    ADVANTAGE_ACTORS: {
+        "create_advantage_actors": Hook(
+            wrappers.advantage_actor_pool, ("advantage_estimator",), required=False
+        ),
     },
     SINGLE_CONTROLLER_ACTOR: {
-        "reduce_advantage_pump_metrics": Hook(chunked_metrics_reducer, ()),
+        "reduce_advantage_pump_metrics": Hook(
+            chunked_metrics_reducer, (), ("SingleControllerActor._train_pump",)
+        ),
     },
     SINGLE_CONTROLLER_PACKAGE: {
         "setup_single_controller": Hook(wrappers.gpu_only_setup, ()),
     },
     PPO: {
-        "_create_advantage_estimator": Hook(wrappers.ppo_estimator_factory, ("master_config",)),
-        "ClippedPGLossFn": Hook(wrappers.ppo_loss_factory, ("cfg",)),
+        "_create_advantage_estimator": Hook(
+            wrappers.ppo_estimator_factory, ("master_config",), ("ppo_train",)
+        ),
+        "ClippedPGLossFn": Hook(wrappers.ppo_loss_factory, ("cfg",), ("setup",)),
     },
 }
 
@@ -189,9 +234,28 @@ def _import(name: str, required: bool) -> Any:
         ) from error
 
 
-def _contract_problems(module_name: str, name: str, original: Any, hook: Hook) -> list[str]:
+def _clashes(where: str, original: Any, answers_ours: str) -> list[str]:
+    """NeMo-RL building something under one of our names, found by calling ``original``."""
+    if answers_ours == "estimator":
+        found = estimator_clashes(original, estimator_names())
+        kind = "estimator"
+    else:
+        config_type = getattr(sys.modules.get(LOSS_CONFIG[0]), LOSS_CONFIG[1], None)
+        found = loss_clashes(original, config_type, (MMPO_LOSS, DMPO_LOSS))
+        kind = "loss_fn.name"
+    return [
+        f"{where} {what}"
+        if not name
+        else f"{where}, asked for {kind} {name!r} on a minimal "
+        f"config, {what}: NeMo-RL knows {name!r} itself, and nemo-mmpo's hook, answering it "
+        "first, would shadow NeMo-RL's without a word"
+        for name, what in found.items()
+    ]
+
+
+def _contract_problems(module: Any, name: str, original: Any, hook: Hook) -> list[str]:
     """What in NeMo-RL's ``original`` breaks what ``hook`` relies on."""
-    where = f"{module_name}.{name}"
+    where = f"{module.__name__}.{name}"
     try:
         parameters = inspect.signature(original).parameters
     except (TypeError, ValueError):
@@ -202,26 +266,26 @@ def _contract_problems(module_name: str, name: str, original: Any, hook: Hook) -
         for parameter in hook.reads
         if parameter not in parameters
     ]
+    problems += path_problems(module, name, original, hook.callers)
     if hook.answers_ours:
-        shadowed = sorted(factory_names(original) & set(estimator_names()))
-        problems += [
-            f"{where} builds its own estimator {estimator!r}, a name nemo-mmpo's factory hook "
-            "answers first (it would shadow NeMo-RL's without a word)"
-            for estimator in shadowed
-        ]
+        problems += _clashes(where, original, hook.answers_ours)
     return problems
 
 
 def _hook_points(loss: bool) -> list[tuple[Any, str, Any, Hook]]:
     """``(module, name, NeMo-RL's original, hook)`` for every name to hook; raises one error
     listing every break of the contract, before anything is wrapped."""
-    points, problems = [], []
+    problem = version_problem(nemo_rl_version())
+    if problem is not None:
+        raise _hook_error(problem)
+    points, problems, left = [], [], []
     for module_name, hooks in HOOKS.items():
         module = _import(module_name, required=module_name == GRPO)
         if module is None:
             continue
         for name, hook in hooks.items():
             if name == "ClippedPGLossFn" and not loss and module_name != PPO:
+                left.append((module_name, name))
                 continue
             current = getattr(module, name, None)
             if current is None:
@@ -229,8 +293,11 @@ def _hook_points(loss: bool) -> list[tuple[Any, str, Any, Hook]]:
                     problems.append(f"{module_name} has no attribute {name!r}")
                 continue
             original = getattr(current, MARK, current)
-            problems += _contract_problems(module_name, name, original, hook)
+            problems += _contract_problems(module, name, original, hook)
             points.append((module, name, original, hook))
+    problems += stray_references(
+        ((module.__name__, name, original) for module, name, original, _ in points), left
+    )
     if problems:
         raise _hook_error("; ".join(problems))
     return points

@@ -28,7 +28,7 @@ from nemo_rl.algorithms.loss import ClippedPGLossFn
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS, MMPO_LOSS
+from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS, MMPO_LOSS, near_miss
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 from nemo_mmpo.settings import report_unread
 
@@ -87,8 +87,16 @@ class DMPOLossFn(ClippedPGLossFn):
 
 
 def build_loss(original_class: type, cfg: Any, *args: Any, **kwargs: Any) -> Any:
-    """Ours for ``loss_fn.name`` ``mmpo`` or ``dmpo``, else NeMo-RL's ``original_class``."""
+    """Ours for ``loss_fn.name`` ``mmpo`` or ``dmpo``, else NeMo-RL's ``original_class``; a name
+    that misspells ours (``DMPO``, ``"dmpo "``) is refused, not trained as NeMo-RL's loss."""
     name = sections.value(cfg, "name")
+    spelling = near_miss(name, (MMPO_LOSS, DMPO_LOSS))
+    if spelling is not None:
+        raise MMPOInputError(
+            f"loss_fn.name={name!r} is not nemo-mmpo's: names are matched exactly, and NeMo-RL's "
+            f"ClippedPGLossFn would train under it without a word; did you mean {spelling!r}? "
+            "(clipped_pg for NeMo-RL's loss)"
+        )
     if name == MMPO_LOSS:
         return MMPOClippedPGLossFn(cfg, *args, **kwargs)
     if name == DMPO_LOSS:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
 #: ``grpo.adv_estimator.name`` of MMPO (its ``estimator`` key picks the formula).
 MMPO_ESTIMATOR = "mmpo"
 #: ``grpo.adv_estimator.name`` values NeMo-RL's ``_create_advantage_estimator`` builds itself
@@ -26,3 +30,18 @@ LOSS_NAMES = (MMPO_LOSS, DMPO_LOSS, NEMO_RL_LOSS)
 #: Prefixes of the step metrics our estimator and DMPO's batch terms log.
 ESTIMATOR_METRICS = "mmpo/"
 DMPO_METRICS = "dmpo/"
+
+
+def near_miss(value: Any, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that ``value`` misspells (case, surrounding spaces, a typo), or None
+    (an exact name, or nothing close). Names are matched exactly: a near miss is refused with
+    this spelling, never read as the name."""
+    names = list(names)
+    if not isinstance(value, str) or value in names:
+        return None
+    folded = value.strip().lower()
+    for name in names:
+        if folded == name.lower():
+            return name
+    close = difflib.get_close_matches(folded, names, n=1, cutoff=0.8)
+    return close[0] if close else None

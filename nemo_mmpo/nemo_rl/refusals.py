@@ -15,7 +15,9 @@ from typing import Any
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo.nemo_rl.actor_hooks import HOOKED_IN
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
+from nemo_mmpo.nemo_rl.evaluation import in_loop_settings
 from nemo_mmpo.nemo_rl.names import DMPO_LOSS, MMPO_LOSS
 
 #: ``problem(config) -> message or None``: why our setting cannot run in a trainer
@@ -40,6 +42,61 @@ def dmpo_refused(trainer: str) -> Problem:
             "batch terms. Use run_grpo.py with data_plane.enabled=false (grpo_train or "
             "async_grpo_train), or loss_fn.name=mmpo"
         )
+
+    return problem
+
+
+#: the hook point that adds DMPO's batch terms in ``grpo_train`` and ``async_grpo_train``
+PENALTIES = "_apply_configured_message_level_advantage_penalties"
+
+
+def _hooked(module: Any, name: str) -> bool:
+    return getattr(getattr(module, name, None), HOOKED_IN, None) == module.__name__
+
+
+def _version() -> str:
+    from nemo_mmpo.nemo_rl.contract import nemo_rl_version
+
+    return nemo_rl_version()
+
+
+def trainer_problem(trainer: str, module: Any, loss: Any, validation: str) -> Problem:
+    """What the recipe needs that NeMo-RL's ``trainer`` (in ``module``) cannot give it, checked
+    when the trainer starts, before its first step: DMPO needs DMPO's loss to reach the trainer
+    (not NeMo-RL's, built by a driver with ``install(loss=False)`` or by a ``setup()`` that
+    builds it under another name) and the hooked penalties hook (``loss=None``: a trainer
+    that never calls it, refused elsewhere); ``evaluation.in_loop`` needs the hooked
+    ``validation`` function."""
+
+    def problem(master_config: Any) -> str | None:
+        loss_config = sections.value(master_config, "loss_fn")
+        version = _version()
+        if loss is not None and dmpo.is_dmpo_loss(loss_config):
+            if not _hooked(module, PENALTIES):
+                return (
+                    f"loss_fn.name={DMPO_LOSS}: NeMo-RL {version}'s {module.__name__} has no "
+                    f"{PENALTIES}, where nemo-mmpo adds DMPO's batch terms, so {trainer} would "
+                    "fail in its workers at step 1: use a NeMo-RL with it (v0.7.0, main), or "
+                    "loss_fn.name=mmpo"
+                )
+            from nemo_mmpo.nemo_rl.loss import DMPOLossFn
+
+            if not isinstance(loss, DMPOLossFn):
+                return (
+                    f"loss_fn.name={DMPO_LOSS}, but the loss reaching NeMo-RL {version}'s "
+                    f"{trainer} is {type(loss).__module__}.{type(loss).__qualname__}, not "
+                    "nemo-mmpo's DMPOLossFn: it would train that loss while logging DMPO. Call "
+                    "nemo_mmpo.nemo_rl.install() (loss=True) before setup(), or pass "
+                    "DMPOLossFn(master_config.loss_fn) to the trainer"
+                )
+        if in_loop_settings(master_config) is not None and not _hooked(module, validation):
+            return (
+                f"evaluation.in_loop=true: NeMo-RL {version}'s {module.__name__} has no "
+                f"{validation} that nemo-mmpo could hook, so {trainer} would run NeMo-RL's own "
+                "validation instead of the paper's evaluation: set evaluation.in_loop=false and "
+                "evaluate checkpoints with `nemo-mmpo eval watch`"
+            )
+        return None
 
     return problem
 

@@ -8,17 +8,25 @@ logging hook takes, and the generation engine of the ``grpo_train_sync`` call in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import sys
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
-from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
+from nemo_mmpo.nemo_rl.estimator_settings import (
+    advantage_clip_warning,
+    estimator_names,
+    is_our_estimator,
+)
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
+from nemo_mmpo.nemo_rl.names import near_miss
 from nemo_mmpo.nemo_rl.refusals import (
     Problem,
     dmpo_refused,
@@ -27,6 +35,7 @@ from nemo_mmpo.nemo_rl.refusals import (
     ppo_estimator_problem,
     ppo_loss_problem,
     refuse,
+    trainer_problem,
 )
 
 #: The estimator the factory hook built last (None: NeMo-RL's own): where the logging hook
@@ -35,6 +44,9 @@ _built_estimator: weakref.ref[MMPOAdvantageEstimator] | None = None
 #: The generation engine of the ``grpo_train_sync`` call in progress (``validate_sync`` samples
 #: through NeMo-RL's rollout actor and is not given it).
 _sync_generation: Any = None
+#: The losses of the hooked GRPO trainer calls in progress, innermost last: the loss that trains
+#: (the penalties hook adds DMPO's terms only when it is DMPO's).
+_training_losses: list[Any] = []
 
 
 def bound_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -58,18 +70,40 @@ def estimator_factory(
         refuse(problem, master_config)
         estimator_config = sections.value(master_config, "grpo.adv_estimator")
         _built_estimator = None
-        if is_our_estimator(sections.value(estimator_config, "name")):
-            estimator = MMPOAdvantageEstimator(
-                estimator_config,
-                sections.value(master_config, "loss_fn"),
-                streaming_chunks=streaming_chunks,
-            )
-            print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
-            _built_estimator = weakref.ref(estimator)
-            return estimator
-        return original(*args, **kwargs)
+        name = sections.value(estimator_config, "name")
+        if not is_our_estimator(name):
+            return nemo_rl_estimator(original, name, args, kwargs)
+        estimator = MMPOAdvantageEstimator(
+            estimator_config,
+            sections.value(master_config, "loss_fn"),
+            streaming_chunks=streaming_chunks,
+        )
+        print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
+        clipping = advantage_clip_warning(estimator.settings, sections.value(master_config, "grpo"))
+        if clipping is not None:
+            print(f"[nemo-mmpo] warning: {clipping}")
+        _built_estimator = weakref.ref(estimator)
+        return estimator
 
     return create_advantage_estimator
+
+
+def nemo_rl_estimator(original: Any, name: Any, args: tuple, kwargs: dict) -> Any:
+    """NeMo-RL's factory for a name that is not ours; its unknown-name error becomes one line
+    with the right spelling when ``name`` misspells one of ours (``MMPO``, ``"mmpo "``)."""
+    try:
+        return original(*args, **kwargs)
+    except Exception as error:
+        spelling = near_miss(name, estimator_names())
+        if spelling is None:
+            raise
+        from nemo_mmpo.nemo_rl.contract import nemo_rl_version
+
+        raise MMPOInputError(
+            f"grpo.adv_estimator.name={name!r} is neither NeMo-RL {nemo_rl_version()}'s "
+            f"({type(error).__name__}: {error}) nor nemo-mmpo's: names are matched exactly; "
+            f"did you mean {spelling!r}?"
+        ) from None
 
 
 def loss_factory(original: type, problem: Problem | None = None) -> Any:
@@ -110,6 +144,34 @@ def metrics_logger(original: Any) -> Any:
     return log_rewards_and_advantages
 
 
+@contextlib.contextmanager
+def training_with(loss: Any) -> Iterator[None]:
+    """``loss`` is the loss that trains while the block runs (a hooked trainer's call)."""
+    _training_losses.append(loss)
+    try:
+        yield
+    finally:
+        _training_losses.pop()
+
+
+def grpo_trainer(original: Any) -> Any:
+    """``grpo_train`` and ``async_grpo_train``: NeMo-RL's, after :func:`~nemo_mmpo.nemo_rl.
+    refusals.trainer_problem` (before step 1), with the loss they train with remembered for the
+    penalties hook."""
+
+    @functools.wraps(original)
+    def train(*args: Any, **kwargs: Any) -> Any:
+        arguments = bound_arguments(original, args, kwargs)
+        module = sys.modules[original.__module__]
+        loss = arguments["loss_fn"]
+        problem = trainer_problem(original.__name__, module, loss, "validate")
+        refuse(problem, arguments["master_config"])
+        with training_with(loss):
+            return original(*args, **kwargs)
+
+    return train
+
+
 def batch_penalties(original: Any) -> Any:
     @functools.wraps(original)
     def apply_penalties(*args: Any, **kwargs: Any) -> Any:
@@ -118,6 +180,23 @@ def batch_penalties(original: Any) -> Any:
         loss_config = sections.value(arguments["master_config"], "loss_fn")
         if not dmpo.is_dmpo_loss(loss_config):
             return result
+        from nemo_mmpo.nemo_rl.loss import DMPOLossFn
+
+        loss = _training_losses[-1] if _training_losses else None
+        if not isinstance(loss, DMPOLossFn):
+            from nemo_mmpo.nemo_rl.contract import nemo_rl_version
+
+            where = (
+                "outside a hooked grpo_train or async_grpo_train"
+                if loss is None
+                else f"for a trainer whose loss is {type(loss).__qualname__}"
+            )
+            raise MMPOInputError(
+                f"loss_fn.name={dmpo.DMPO_LOSS}: NeMo-RL {nemo_rl_version()}'s "
+                f"{original.__name__} ran {where}, "
+                "so DMPO's terms would not reach DMPO's loss: call nemo_mmpo.nemo_rl.install() "
+                "before importing NeMo-RL's trainers, and train with DMPOLossFn"
+            )
         metrics = dmpo.attach_penalty_terms(
             arguments["train_data"], dmpo.read_dmpo_settings(loss_config)
         )
@@ -146,7 +225,11 @@ def sync_trainer(original: Any) -> Any:
     @functools.wraps(original)
     def grpo_train_sync(*args: Any, **kwargs: Any) -> Any:
         global _sync_generation
-        _sync_generation = bound_arguments(original, args, kwargs)["policy_generation"]
+        arguments = bound_arguments(original, args, kwargs)
+        module = sys.modules[original.__module__]
+        problem = trainer_problem(original.__name__, module, None, "validate_sync")
+        refuse(problem, arguments["master_config"])
+        _sync_generation = arguments["policy_generation"]
         try:
             return original(*args, **kwargs)
         finally:
@@ -188,8 +271,36 @@ def sync_estimator_factory(original: Any) -> Any:
 
 def single_controller_estimator_factory(original: Any) -> Any:
     """The single controller's factory (setup.py:784): ours, called once per streaming chunk
-    in its actor (single_controller.py:1778), so its metrics combine over a step's chunks."""
-    return estimator_factory(original, streaming_chunks=True)
+    in its actor (single_controller.py:1778), so its metrics combine over a step's chunks; and
+    DMPO refused here too (the controller never calls the penalties hook), also for a driver
+    that builds its own loss (``install(loss=False)``)."""
+    trainer = "single controller (run_grpo_single_controller.py)"
+    return estimator_factory(original, in_master_config(dmpo_refused(trainer)), True)
+
+
+def advantage_actor_pool(original: Any) -> Any:
+    """``create_advantage_actors`` (NeMo-RL after our snapshot, ``advantage_actor.py``: the
+    single controller's advantage stage in a pool of CPU actors, ``async_rl.num_advantage_workers
+    > 0``): refused for our estimators, whose ``mmpo/`` metrics would stay in those actors and
+    never reach the step's log; NeMo-RL's otherwise."""
+
+    @functools.wraps(original)
+    def create_advantage_actors(*args: Any, **kwargs: Any) -> Any:
+        estimator = bound_arguments(original, args, kwargs)["advantage_estimator"]
+        if isinstance(estimator, MMPOAdvantageEstimator):
+            from nemo_mmpo.nemo_rl.contract import nemo_rl_version
+
+            raise MMPOInputError(
+                f"async_rl.num_advantage_workers > 0: NeMo-RL {nemo_rl_version()}'s single "
+                "controller would compute advantages in a pool of AdvantageActors "
+                f"({original.__module__}.create_advantage_actors), whose mmpo/ metrics never "
+                "reach the step's log: set async_rl.num_advantage_workers=0 (the advantage "
+                f"stage in the controller) to train grpo.adv_estimator.name="
+                f"{estimator.settings.name}"
+            )
+        return original(*args, **kwargs)
+
+    return create_advantage_actors
 
 
 #: Set by the CPU rig while its answers for the single controller's setup are in place

@@ -468,8 +468,20 @@ def test_a_recipe_whose_base_is_missing_is_refused_not_half_validated(tmp_path, 
             ["loss_fn.force_on_policy_ratio=true", "policy.train_global_batch_size=64"],
             ["loss_fn.force_on_policy_ratio=true", "policy.train_global_batch_size=128"],
         ),
+        (
+            ["++loss_fn.dmpo_wieght=0.5"],
+            ["loss_fn.dmpo_wieght=0.5 is not a setting of DMPO", "loss_fn.dmpo_weight?"],
+        ),
     ],
-    ids=["misspelt", "upper_case", "unknown_key", "unbiased_one_rollout", "async", "on_policy"],
+    ids=[
+        "misspelt",
+        "upper_case",
+        "unknown_key",
+        "unbiased_one_rollout",
+        "async",
+        "on_policy",
+        "misspelt_dmpo_key",
+    ],
 )
 def test_dry_run_refuses_invalid_input_naming_the_key(overrides, fragments):
     result = subprocess.run(
@@ -527,6 +539,10 @@ DMPO_RECIPE = ROOT / "examples" / "configs" / "dmpo_math_qwen3_1.7b.yaml"
         (["loss_fn.dmpo_temperature=0"], "loss_fn.dmpo_temperature=0: give a value > 0"),
         (["loss_fn.dmpo_weight=-2"], "loss_fn.dmpo_weight=-2: give a value >= 0"),
         (["loss_fn.dmpo_filter_zero_signal=1"], "dmpo_filter_zero_signal=1: give true or false"),
+        (["++loss_fn.dmpo_wieght=0.5"], "did you mean loss_fn.dmpo_weight? DMPO's keys are"),
+        (["++loss_fn.DMPO_temperature=0.5"], "loss_fn.DMPO_temperature=0.5 is not a setting"),
+        (["loss_fn.name=DMPO"], "loss_fn.name='DMPO': did you mean 'dmpo'? (names are matched"),
+        (["loss_fn.name='dmpo '"], "loss_fn.name='dmpo ': did you mean 'dmpo'?"),
     ],
 )
 def test_dmpo_configs_that_cannot_train_as_configured_are_refused(overrides, fragment):
@@ -547,6 +563,21 @@ def test_dmpo_recipe_is_the_papers_and_deviations_are_reported():
     assert any("loss_fn.dmpo_weight=1.0 (paper: 2.0)" in warning for warning in warnings)
     assert any("2 optimizer steps per batch" in warning for warning in warnings)
     assert any("the paper's DMPO uses GRPO's" in warning for warning in warnings)
+
+
+def test_advantage_clipping_after_our_estimators_is_warned_naming_both_bounds():
+    """NeMo-RL's ``_clip_grpo_advantages`` clamps whatever our estimator returns: the dry run
+    names the bounds set, the estimator and the objective (MMPO's weight at f = 1 too)."""
+    recipe = ROOT / "examples" / "configs" / "mmpo_math_qwen3_1.7b.yaml"
+    clipped = ["++grpo.advantage_clip_low=-1.0", "++grpo.advantage_clip_high=1.0"]
+    warnings = validate_run_config(load_run_config(recipe, clipped).config)
+    (warning,) = [item for item in warnings if "NeMo-RL clamps the advantages" in item]
+    assert "grpo.advantage_clip_low=-1.0, grpo.advantage_clip_high=1.0" in warning
+    assert "estimator=plugin" in warning and "MMPO's weight reaches" in warning
+    low_only = ["++grpo.advantage_clip_low=-1.0", "grpo.adv_estimator.name=maxrl"]
+    warnings = validate_run_config(load_run_config(recipe, low_only).config)
+    assert any("grpo.advantage_clip_low=-1.0: NeMo-RL clamps" in item for item in warnings)
+    assert not any("clamps" in item for item in validate_run_config(load_run_config(recipe).config))
 
 
 ASYNC_RECIPE = ROOT / "examples" / "configs" / "mmpo_math_qwen3_4b_async.yaml"

@@ -25,7 +25,7 @@ BatchedDataDict = import_nemo_rl("nemo_rl.distributed.batched_data_dict").Batche
 from test_dmpo import all_patterns_batch, reference
 
 from nemo_mmpo import compute_advantages
-from nemo_mmpo.nemo_rl import install
+from nemo_mmpo.nemo_rl import install, wrappers
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import GRADIENT_KEY, SHARE_KEY
 from nemo_mmpo.nemo_rl.loss import DMPOLossFn
 
@@ -74,10 +74,12 @@ def training_batch(advantages, groups, generator, max_response=5, dtype=torch.fl
 
 
 def attach_terms(train_data, config):
-    """What grpo_train does after computing advantages (penalties off: only ours runs)."""
-    return grpo._apply_configured_message_level_advantage_penalties(
-        train_data, [[] for _ in range(train_data.size)], config
-    )
+    """What grpo_train does after computing advantages (penalties off: only ours runs), inside
+    a hooked trainer's call training DMPO's loss (outside one, the hook refuses)."""
+    with wrappers.training_with(DMPOLossFn(config.loss_fn)):
+        return grpo._apply_configured_message_level_advantage_penalties(
+            train_data, [[] for _ in range(train_data.size)], config
+        )
 
 
 def global_counts(data):

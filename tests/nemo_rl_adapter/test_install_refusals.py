@@ -6,20 +6,21 @@
 - ``validate_sync`` (``grpo_train_sync``'s validation) runs the paper's evaluation with
   ``evaluation.in_loop``, as ``validate`` does;
 - NeMo-RL's side of the contract is checked before anything is wrapped: on copies of the
-  imported NeMo-RL changed as a release could change it (a renamed parameter, a renamed hook
-  point, an estimator of our name in its factory; trainer modules removed), ``install()`` in a
-  fresh process refuses with one error, or installs without the missing trainers.
+  imported NeMo-RL changed as a release could change it, ``install()`` in a fresh process
+  refuses with one error naming every change (a renamed parameter; a renamed hook point; our
+  estimator names built by an ``if``/``elif`` or by a registry behind a helper, and NeMo-RL's
+  loss reacting to ``loss_fn.name: dmpo``, found by calling them; a hooked function renamed
+  with the old name kept as an alias; a trainer that calls a hook through its module;
+  ``setup()`` building the loss under another name; a module calling an original past the
+  hooks), or installs without the trainer modules it lacks.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from nemo_rl_copies import append, edit, nemo_rl_copy, run_in, substitute
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
 pytestmark = pytest.mark.nemo_rl
@@ -36,7 +37,6 @@ from nemo_mmpo.nemo_rl.loss import DMPOLossFn
 from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATORS
 from nemo_mmpo.nemo_rl.refusals import factory_names
 
-ROOT = Path(__file__).resolve().parents[2]
 DMPO_RECIPE = "dmpo_math_qwen3_1.7b.yaml"
 
 
@@ -122,6 +122,7 @@ def test_validate_sync_runs_the_paper_evaluation_in_the_sync_trainer(monkeypatch
             master_config=master_config,
         )
 
+    trainer.__module__ = grpo_sync.__name__  # whose validate_sync is hooked
     train = wrappers.sync_trainer(trainer)  # as install() wraps grpo_train_sync
     engine = object()
     metrics, timings = train(None, engine, in_loop_config(True))
@@ -134,72 +135,91 @@ def test_validate_sync_runs_the_paper_evaluation_in_the_sync_trainer(monkeypatch
         trainer(None, engine, in_loop_config(True))
 
 
-def install_in(nemo_rl_copy: Path) -> subprocess.CompletedProcess:
-    """``install()`` in a fresh interpreter that imports NeMo-RL from ``nemo_rl_copy``."""
-    code = (
-        "from nemo_mmpo.nemo_rl import install, is_installed\n"
-        "try:\n"
-        "    print('HOOKED:', ' '.join(install()))\n"
-        "except RuntimeError as error:\n"
-        "    print('REFUSED:', error, '| installed:', is_installed())\n"
-    )
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(nemo_rl_copy), str(ROOT)]))
-    return subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=300,
-    )
-
-
-def nemo_rl_copy(tmp_path: Path) -> Path:
-    """A copy of the imported NeMo-RL's package under ``tmp_path`` (its parent goes on the path)."""
-    source = Path(grpo.__file__).resolve().parents[1]
-    shutil.copytree(source, tmp_path / "nemo_rl")  # with its bytecode: only edits recompile
-    return tmp_path / "nemo_rl" / "algorithms"
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert text.count(old) == 1, (path, old)
-    path.write_text(text.replace(old, new))
-
-
 def test_a_changed_contract_is_refused_before_anything_is_hooked(tmp_path):
     algorithms = nemo_rl_copy(tmp_path)
+    grpo_file, sync_file = algorithms / "grpo.py", algorithms / "grpo_sync.py"
     # a renamed parameter the metrics hook reads
     edit(
-        algorithms / "grpo.py",
+        grpo_file,
         "    total_steps: int,\n    metrics: dict[str, Any],",
         "    total_steps: int,\n    step_metrics: dict[str, Any],",
     )
-    # NeMo-RL's factory learns one of our names
+    # NeMo-RL's factory learns one of our names: in its if/elif, and from a registry behind a
+    # helper (.get), which no reading of the factory's source finds
     edit(
-        algorithms / "grpo.py",
+        grpo_file,
         '    elif adv_estimator_name == "grpo":',
         '    elif adv_estimator_name == "maxrl":\n        raise NotImplementedError\n'
         '    elif adv_estimator_name == "grpo":',
     )
+    substitute(
+        grpo_file,
+        r"^(    adv_estimator_name = adv_estimator_config.*)$",
+        r"\1\n    registered = _registered_estimator(adv_estimator_name)\n"
+        r"    if registered is not None:\n"
+        r"        return registered(adv_estimator_config, loss_config)",
+    )
+    append(
+        grpo_file,
+        "def _registered_estimator(name):\n    return {'pkpo': GRPOAdvantageEstimator}.get(name)",
+    )
+    # a hooked function renamed, its old name kept as an alias
+    substitute(grpo_file, r"\bvalidate\(", "validate_policy(", at_least=3)
+    append(grpo_file, "validate = validate_policy")
+    # setup() builds the loss under another name
+    edit(grpo_file, "    loss_fn = ClippedPGLossFn(", "    loss_fn = _loss_class(")
+    append(grpo_file, "_loss_class = ClippedPGLossFn")
+    # grpo_train_sync calls the factory through grpo's module, past the hook in its own
+    edit(
+        sync_file,
+        "adv_estimator = _create_advantage_estimator(master_config)",
+        "adv_estimator = _grpo_module._create_advantage_estimator(master_config)",
+    )
+    append(sync_file, "import nemo_rl.algorithms.grpo as _grpo_module")
+    # NeMo-RL's loss reacts to one of our loss names
+    append(
+        algorithms / "loss" / "loss_functions.py",
+        "_plain_init = ClippedPGLossFn.__init__\n\n\n"
+        "def _init_knowing_dmpo(self, cfg, *args, **kwargs):\n"
+        "    if getattr(cfg, 'name', None) == 'dmpo':\n"
+        "        raise NotImplementedError('NeMo-RL builds its own dmpo')\n"
+        "    _plain_init(self, cfg, *args, **kwargs)\n\n\n"
+        "ClippedPGLossFn.__init__ = _init_knowing_dmpo",
+    )
     # a hook point renamed
-    edit(algorithms / "grpo_sync.py", "def validate_sync(", "def validate_data_plane(")
-    result = install_in(tmp_path)
+    substitute(algorithms / "ppo.py", r"\b_create_advantage_estimator\(", "_create_estimator(")
+    result = run_in(tmp_path)
     output = result.stdout + result.stderr
     assert "REFUSED:" in result.stdout, output
-    assert (
+    refusal = result.stdout.split("REFUSED:")[1]
+    assert "\n" not in refusal.strip() and SUPPORTED in refusal and "installed: False" in refusal
+    for problem in (
         "nemo_rl.algorithms.grpo._log_mixed_rewards_and_advantages_information(logger, "
-        "total_steps, step_metrics, baseline, advantages) has no parameter 'metrics'"
-    ) in output
-    assert "builds its own estimator 'maxrl'" in output
-    assert "nemo_rl.algorithms.grpo_sync has no attribute 'validate_sync'" in output
-    assert SUPPORTED in output and "installed: False" in output
+        "total_steps, step_metrics, baseline, advantages) has no parameter 'metrics'",
+        "grpo._create_advantage_estimator, asked for estimator 'maxrl' on a minimal config, "
+        "answers NotImplementedError",
+        "asked for estimator 'pkpo' on a minimal config",
+        "nemo_rl.algorithms.grpo.validate is nemo_rl.algorithms.grpo.validate_policy, a "
+        "function of another name",
+        "nemo_rl.algorithms.grpo.grpo_train no longer calls validate by that name",
+        "nemo_rl.algorithms.grpo.setup no longer calls ClippedPGLossFn by that name",
+        "nemo_rl.algorithms.grpo._loss_class is NeMo-RL's",
+        "nemo_rl.algorithms.grpo_sync.grpo_train_sync no longer calls "
+        "_create_advantage_estimator by that name",
+        "nemo_rl.algorithms.ppo has no attribute '_create_advantage_estimator'",
+        "grpo.ClippedPGLossFn, asked for loss_fn.name 'dmpo' on a minimal config, answers "
+        "NotImplementedError",
+    ):
+        assert problem in refusal, (problem, refusal)
+    for absent in ("estimator 'mmpo'", "'passk_chen'", "loss_fn.name 'mmpo'"):
+        assert absent not in refusal  # no clash where NeMo-RL has none
 
 
 def test_trainer_modules_a_nemo_rl_lacks_are_left_out(tmp_path):
     algorithms = nemo_rl_copy(tmp_path)
     (algorithms / "grpo_sync.py").unlink()
     shutil.rmtree(algorithms / "single_controller_utils", ignore_errors=True)  # main only
-    result = install_in(tmp_path)
+    result = run_in(tmp_path)
     assert "HOOKED:" in result.stdout, result.stdout + result.stderr
     hooked = result.stdout.split("HOOKED:")[1].split()
     assert "nemo_rl.algorithms.grpo._create_advantage_estimator" in hooked

@@ -1,6 +1,7 @@
-"""Ready for NeMo-RL's next estimator API: pull requests #3773 and #4158, simulated on main.
+"""Ready for NeMo-RL's next estimator API: pull requests #3773, #4158, #3837 and #4160,
+simulated on main.
 
-Both were merged after our main snapshot (2026-08-22). Their public descriptions say:
+All came after our main snapshot (2026-08-22). Their public descriptions and files say:
 
 - #3773 (``feat(sc): support PPO in single controller``) types the estimator config and narrows
   its ``name`` to a ``Literal`` of NeMo-RL's own names, so ``MasterConfig(**config)`` in
@@ -8,14 +9,22 @@ Both were merged after our main snapshot (2026-08-22). Their public descriptions
 - #4158 (``fix(LOO-Norm-Advantage)``) makes ``calculate_baseline_and_std_per_prompt`` return
   three values (baseline, std and a per-sample flag: the rewards feeding that sample's std are
   all one value) and gives ``compute_advantage`` a ``valid_mask`` argument, which the trainers
-  pass (the step's ``sample_mask``).
+  pass (the step's ``sample_mask``);
+- #3837 (merged) passes ``valid_mask=sample_mask`` from the single controller, and NeMo-RL's
+  GRPO estimator honours it (``advantage_estimator.py`` as merged, read with the search tools:
+  ``calculate_baseline_and_std_per_prompt(prompt_ids, rewards, torch.ones_like(rewards) if
+  valid_mask is None else valid_mask.float(), ...)``); #4160 (open) passes the legacy loops'
+  ``train_data["sample_mask"]`` the same way ("masked members do not vote").
 
 Here copies of main's ``advantage_estimator.py`` and ``grpo.py`` are changed that way (the
 ``name`` field a ``Literal`` of :data:`~nemo_mmpo.nemo_rl.names.NEMO_RL_ESTIMATORS`; every caller
 of ``calculate_baseline_and_std_per_prompt`` unpacks three values from a three-valued version;
 every ``compute_advantage`` call in the trainers passes ``valid_mask=sample_mask``), and the
-changed ``grpo_train`` trains two steps with ``name: mmpo`` after ``install()``. What the flag
-changes inside NeMo-RL's own estimators is not simulated (our estimator does not read it).
+changed ``grpo_train`` trains two steps with ``name: mmpo`` after ``install()``, with two
+rollouts of a step masked by the trainer's own sample filter (``_apply_mask_sample_filter``, as
+an environment flags them, #3766): NeMo-RL's GRPO estimator changed as #3837 merged it and ours
+both leave the masked rollouts out of their groups' statistics. What #4158's flag changes inside
+NeMo-RL's own estimators is not simulated (our estimator does not read it).
 The #3512 copy is ``test_advantage_result.py``; the unchanged trainer ``test_trainer_loop.py``.
 """
 
@@ -82,6 +91,23 @@ def valid_mask_passed(source: str) -> str:
     return changed
 
 
+def grpo_honours_valid_mask(source: str) -> str:
+    """#3837 as merged: ``GRPOAdvantageEstimator.compute_advantage`` takes ``valid_mask`` and
+    passes it to the baseline instead of all-ones (its other estimators are left alone)."""
+    grpo_part, rest = source.split("class GDPOAdvantageEstimator", 1)
+    signature = "def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):"
+    all_valid = "            torch.ones_like(rewards),\n"
+    assert grpo_part.count(signature) == 1 and grpo_part.count(all_valid) == 1
+    grpo_part = grpo_part.replace(
+        signature,
+        "def compute_advantage(self, prompt_ids, rewards, mask, valid_mask=None, **kwargs):",
+    ).replace(
+        all_valid,
+        "            torch.ones_like(rewards) if valid_mask is None else valid_mask.float(),\n",
+    )
+    return grpo_part + "class GDPOAdvantageEstimator" + rest
+
+
 def calculate_with_flag(original):
     """``calculate_baseline_and_std_per_prompt`` returning #4158's third value."""
 
@@ -127,7 +153,11 @@ def next_api(monkeypatch):
         "calculate_baseline_and_std_per_prompt",
         calculate_with_flag(utils_module.calculate_baseline_and_std_per_prompt),
     )
-    load_changed(advantage_module, lambda s: three_values(literal_name(s)), monkeypatch)
+    load_changed(
+        advantage_module,
+        lambda s: grpo_honours_valid_mask(three_values(literal_name(s))),
+        monkeypatch,
+    )
     yield load_changed(grpo, lambda s: valid_mask_passed(three_values(s)), monkeypatch)
     for name in set(sys.modules) - imported_before:
         if name.startswith("nemo_rl."):
@@ -148,6 +178,10 @@ def test_the_simulated_literal_refuses_mmpo_until_install(next_api):
         master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", ["grpo.adv_estimator.name=mmpoo"])
 
 
+#: rows the environment flags in each step (prompt-major: one of group 0's, one of group 1's)
+FLAGGED = [1, 6]
+
+
 def test_the_changed_trainer_trains_mmpo_with_valid_mask(
     next_api, ray_cluster, tmp_path, monkeypatch
 ):
@@ -160,25 +194,54 @@ def test_the_changed_trainer_trains_mmpo_with_valid_mask(
         return result
 
     monkeypatch.setattr(MMPOAdvantageEstimator, "compute_advantage", recording)
+    sample_filter = next_api._apply_mask_sample_filter
+
+    def environment_flags(repeated_batch):  # as an environment's mask_sample flags (#3766)
+        flags = torch.zeros(len(repeated_batch["loss_multiplier"]), dtype=torch.bool)
+        flags[FLAGGED] = True
+        repeated_batch["mask_sample"] = flags
+        return sample_filter(repeated_batch)
+
+    monkeypatch.setattr(next_api, "_apply_mask_sample_filter", environment_flags)
     install()  # hooks the changed modules, as it would the real ones
     config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", TINY_RUN)
     policy, logger, _ = run_trainer(next_api.grpo_train, config, tmp_path)
 
-    assert len(calls) == len(policy.train_calls) == 2
+    estimators = sys.modules["nemo_rl.algorithms.advantage_estimator"]  # the changed module
+    theirs = estimators.GRPOAdvantageEstimator(
+        estimators.AdvEstimatorConfig(
+            name="grpo", normalize_rewards=False, use_leave_one_out_baseline=False
+        ),
+        None,
+    )
+    order_one = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 1})
+    trainer_calls = list(calls)  # the calls below are recorded too
+    assert len(trainer_calls) == len(policy.train_calls) == 2
     for (estimator, prompt_ids, rewards, valid_mask, advantages), step in zip(
-        calls, policy.train_calls, strict=True
+        trainer_calls, policy.train_calls, strict=True
     ):
         assert prompt_ids.shape[0] == PROMPTS * 4
         assert valid_mask is not None  # the trainer passed its sample mask, by name
         assert torch.equal(valid_mask, step["data"]["sample_mask"])
+        keep = valid_mask.bool()
+        assert keep.tolist() == [row not in FLAGGED for row in range(len(keep))]
         expected = compute_advantages(
             rewards,
             group_ids_from_prompt_rows(prompt_ids),
             estimator.objective,
             "plugin",
-            valid_mask=valid_mask.bool(),
+            valid_mask=keep,
         ).to(advantages.dtype)
         assert torch.equal(step["data"]["advantages"][:, 0], expected)
+        # the masked rollouts take no part in their groups, in ours and in NeMo-RL's GRPO
+        mask = torch.ones(len(rewards), 3)
+        alone = estimator.compute_advantage(prompt_ids[keep], rewards[keep], mask[keep])
+        assert torch.equal(advantages[keep, 0], alone[:, 0])
+        grpo_masked = theirs.compute_advantage(prompt_ids, rewards, mask, valid_mask=valid_mask)
+        grpo_alone = theirs.compute_advantage(prompt_ids[keep], rewards[keep], mask[keep])
+        assert torch.allclose(grpo_masked[keep, 0], grpo_alone[:, 0])
+        ours_first = order_one.compute_advantage(prompt_ids, rewards, mask, valid_mask=valid_mask)
+        assert torch.allclose(ours_first[keep, 0], grpo_masked[keep, 0], atol=1e-6)
     assert [step for step, _ in logger.metrics["train/mmpo/success_rate"]] == [1, 2]
 
 

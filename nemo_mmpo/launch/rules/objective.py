@@ -9,12 +9,14 @@ from nemo_mmpo.launch.rules.registry import Findings, group_sizes, rule
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import (
     is_dmpo_loss,
     read_dmpo_settings,
+    refuse_misspelt_dmpo_key,
 )
 from nemo_mmpo.nemo_rl.estimator_settings import (
+    advantage_clip_warning,
     group_size_problem,
     read_estimator_settings,
 )
-from nemo_mmpo.nemo_rl.names import LOSS_NAMES, MMPO_LOSS, NEMO_RL_ESTIMATORS
+from nemo_mmpo.nemo_rl.names import LOSS_NAMES, MMPO_LOSS, NEMO_RL_ESTIMATORS, near_miss
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 from nemo_mmpo.nemo_rl.sections import value
 
@@ -37,7 +39,7 @@ def batch_shape(config: dict[str, Any], findings: Findings) -> None:
 def advantage_estimator(config: dict[str, Any], findings: Findings) -> None:
     """Our estimators' settings (typed), the group size each estimator declared it needs
     (the unbiased estimator's 2 <= G and T <= G, pass@k's k <= G), binary rewards, and
-    advantage clipping that would cut MMPO's weights."""
+    NeMo-RL's advantage clipping after our estimator (warned)."""
     estimator = value(config, "grpo.adv_estimator") or {}
     name = estimator.get("name")
     if name is None:
@@ -57,27 +59,27 @@ def advantage_estimator(config: dict[str, Any], findings: Findings) -> None:
             "will not be 0/1, but MMPO needs binary rewards. Set both to false or set "
             "grpo.adv_estimator.reward_threshold"
         )
-    clip_high = value(config, "grpo.advantage_clip_high")
-    if clip_high is not None and settings.objective.name.startswith("mmpo"):
-        weight_max = sum(settings.objective.weight_coefficients())
-        findings.warnings.append(
-            f"grpo.advantage_clip_high={clip_high} clips MMPO advantages, whose weight "
-            f"reaches {weight_max:g} at f = 1"
-        )
+    clipping = advantage_clip_warning(settings, value(config, "grpo"))
+    if clipping is not None:
+        findings.warnings.append(clipping)
 
 
 @rule
 def loss_function(config: dict[str, Any], findings: Findings) -> None:
-    """``loss_fn.name``; non-paper settings of ours (warned); async needs importance sampling;
-    ``force_on_policy_ratio`` needs one optimizer step per batch; an unused reference pass."""
+    """``loss_fn.name`` (matched exactly); DMPO's keys spelt right whatever the loss; non-paper
+    settings of ours (warned); async needs importance sampling; ``force_on_policy_ratio`` needs
+    one optimizer step per batch; an unused reference pass."""
     loss_config = value(config, "loss_fn") or {}
     loss_name = loss_config.get("name")
     if loss_name not in (None, *LOSS_NAMES):
+        spelling = near_miss(loss_name, LOSS_NAMES)
+        hint = f"did you mean {spelling!r}? (names are matched exactly) " if spelling else ""
         raise MMPOInputError(
-            f"loss_fn.name={loss_name!r}: use 'mmpo' (NeMo-RL's clipped surrogate, reporting "
-            "non-paper settings), 'dmpo' (the surrogate plus DMPO's penalty) or 'clipped_pg' "
-            "(NeMo-RL's ClippedPGLossFn as configured)"
+            f"loss_fn.name={loss_name!r}: {hint}use 'mmpo' (NeMo-RL's clipped surrogate, "
+            "reporting non-paper settings), 'dmpo' (the surrogate plus DMPO's penalty) or "
+            "'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
         )
+    refuse_misspelt_dmpo_key(loss_config)
     if loss_name == MMPO_LOSS:
         findings.warnings.extend(
             f"{deviation}: loss_fn.name=mmpo computes NeMo-RL's loss with this value"
