@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import patience
+
 ROOT = Path(__file__).resolve().parents[1]
 
 INSTALL = (
@@ -57,5 +59,5 @@ def run_in(nemo_rl_root: Path, code: str = INSTALL) -> subprocess.CompletedProce
         capture_output=True,
         text=True,
         env=environment,
-        timeout=300,
+        timeout=patience.COMMAND_S,
     )
