@@ -10,8 +10,9 @@ import shutil
 import pytest
 from nemo_rl_support import import_nemo_rl
 
-# CI time: on main, beside v0.7.0's session, which trains the Megatron recipe's 50 steps
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
+# CI time: on v0.7.0, beside main's session (the long pole since its single controller's, resumed
+# step's and TransferQueue trainer's runs)
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.eval.report import load_runs, write_report
