@@ -57,15 +57,20 @@ in_background preparing "$logs/preparing" bash -c '
     python="$(nemo_rl_python)"
     [[ -z "$python" ]] || nemo_rl_environment "$python"
     # the NeMo-RL sessions'"'"' shared warm start (the tiny recipes'"'"', seed 0: no NeMo-RL in it),
-    # trained afresh beside the downloads and builds below (scripts/test_nemo_rl.sh keeps it)
+    # trained afresh beside the downloads and builds below and the sessions'"'"' first tests, under
+    # the cache'"'"'s lock, which a session'"'"'s run that needs it waits for (scripts/test_nemo_rl.sh
+    # keeps the cache); its seconds and exit status in $LOGS/warm_start.done
     warm_starts=.nemo-rl/test_warm_starts
     rm -rf "$warm_starts"
     if [[ -n "$python" ]]; then
-        NEMO_RL_PATH="$(nemo_rl_unpack "$(nemo_rl_snapshot_refs | sort | tail -n 1)")" \
-        PYTHONPATH="$PWD" "$NEMO_RL_VENV/bin/python" -m nemo_mmpo.cpu warm-start \
-            --config examples/configs/mmpo_tiny_cpu.yaml "cpu_backend.warm_start_cache=$PWD/$warm_starts" \
-            >"$LOGS/warm_start.log" 2>&1 &
-        warm_start=$!
+        (
+            started=$SECONDS code=0
+            NEMO_RL_PATH="$(nemo_rl_unpack "$(nemo_rl_snapshot_refs | sort | tail -n 1)")" \
+            PYTHONPATH="$PWD" "$NEMO_RL_VENV/bin/python" -m nemo_mmpo.cpu warm-start \
+                --config examples/configs/mmpo_tiny_cpu.yaml "cpu_backend.warm_start_cache=$PWD/$warm_starts" \
+                >"$LOGS/warm_start.log" 2>&1 || code=$?
+            echo "$((SECONDS - started)) $code" >"$LOGS/warm_start.done"
+        ) &
     fi
     for ref in $(nemo_rl_snapshot_refs); do
         checkout_of_ref="$(nemo_rl_unpack "$ref")"
@@ -74,10 +79,6 @@ in_background preparing "$logs/preparing" bash -c '
         [[ -z "$python" || -z "$version" || ! -f "scripts/vllm_cpu_requirements-$version.txt" ]] ||
             nemo_rl_vllm_environment "$version" >/dev/null
     done
-    if [[ -n "${warm_start:-}" ]]; then
-        wait "$warm_start" || { cat "$LOGS/warm_start.log"; exit 1; }
-        echo "the NeMo-RL sessions'"'"' warm start: $(tail -n 1 "$LOGS/warm_start.log")"
-    fi
     part_line "NeMo-RL'"'"'s environments (beside the 3.11 suite)" "$SECONDS" ok
 '
 
@@ -143,6 +144,15 @@ else
     wait "$slurm_group" || status=1
     echo "test.sh: the Slurm suite (its own seconds in its last line) waited for at $SECONDS s"
     cat "$logs/slurm.log"
+fi
+if [[ -f "$logs/warm_start.log" ]]; then  # the sessions' warm start: done by now (their runs
+    # waited for it), else still in the preparing group
+    while [[ ! -f "$logs/warm_start.done" ]] && kill -0 -- "-$preparing" 2>/dev/null; do sleep 5; done
+    read -r warm_seconds warm_code <"$logs/warm_start.done" 2>/dev/null || { warm_seconds="?"; warm_code=1; }
+    echo "test.sh: the NeMo-RL sessions' warm start: $(tail -n 1 "$logs/warm_start.log" 2>/dev/null)"
+    [[ $warm_code == 0 ]] || { cat "$logs/warm_start.log"; status=1; }
+    part_line "the NeMo-RL sessions' warm start (beside them)" "$warm_seconds" \
+        "$([[ $warm_code == 0 ]] && echo ok || echo "FAILED (exit $warm_code)")"
 fi
 wait "$suite_group" || true
 echo "test.sh: the 3.11 suite waited for at $SECONDS s"
