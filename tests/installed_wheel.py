@@ -37,6 +37,10 @@ SHARED_FOLDERS = {
 }
 
 
+#: variables that put other folders on an environment's path (the test session's, not a user's)
+OUTSIDE_PATHS = ("PYTHONPATH", "RAY_ADDRESS", "VIRTUAL_ENV", "PYTHONHOME")
+
+
 def build_wheel(into: Path) -> Path:
     """A wheel of this checkout (``pip wheel``, no dependencies, no download), built from a
     copy in ``into``; returns its path."""
@@ -62,11 +66,16 @@ def environment_with(wheel: Path, into: Path) -> Path:
     (``pip install --no-deps``); returns its folder (``bin/nemo-mmpo`` is the command)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(into)], check=True)
     python = into / "bin" / "python"
+    # pip in the new environment alone: with the test session's PYTHONPATH (the checkout, whose
+    # editable install left nemo_mmpo.egg-info there) pip finds nemo-mmpo "already satisfied"
+    # and installs nothing
+    alone = {key: value for key, value in os.environ.items() if key not in OUTSIDE_PATHS}
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
+        env=alone,
     ).stdout.strip()
     running = [path for path in sys.path if path.endswith("site-packages")]
     running = running or [sysconfig.get_paths()["purelib"]]
@@ -75,7 +84,9 @@ def environment_with(wheel: Path, into: Path) -> Path:
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
         check=True,
         timeout=patience.COMMAND_S,
+        env=alone,
     )
+    assert (into / "bin" / "nemo-mmpo").is_file(), f"pip installed no nemo-mmpo from {wheel}"
     return into
 
 
@@ -92,9 +103,7 @@ def as_a_user(environment: Path, nemo_rl: Path, scratch: Path) -> dict[str, str]
     workers on the driver's interpreter (NeMo-RL's switch for a machine without its uv-built
     actor environments) and the workers' path link (``install()``) in ``scratch``."""
     environment_variables = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("PYTHONPATH", "RAY_ADDRESS", "VIRTUAL_ENV", "PYTHONHOME")
+        key: value for key, value in os.environ.items() if key not in OUTSIDE_PATHS
     }
     environment_variables.update(
         PYTHONPATH=str(nemo_rl),
