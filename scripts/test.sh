@@ -65,7 +65,7 @@ in_background preparing "$logs/preparing" bash -c '
     if [[ -n "$python" ]]; then
         (
             started=$SECONDS code=0
-            NEMO_RL_PATH="$(nemo_rl_unpack "$(nemo_rl_snapshot_refs | sort | tail -n 1)")" \
+            NEMO_RL_PATH="${NEMO_RL_PATH:-$(nemo_rl_unpack "$(nemo_rl_snapshot_refs | sort | tail -n 1)")}" \
             PYTHONPATH="$PWD" "$NEMO_RL_VENV/bin/python" -m nemo_mmpo.cpu warm-start \
                 --config examples/configs/mmpo_tiny_cpu.yaml "cpu_backend.warm_start_cache=$PWD/$warm_starts" \
                 >"$LOGS/warm_start.log" 2>&1 || code=$?
