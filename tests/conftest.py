@@ -40,10 +40,11 @@ def pattern_probabilities(patterns: torch.Tensor, success_probability: float) ->
 @pytest.fixture(scope="session")
 def tiny_warm_starts(tmp_path_factory):
     """One warm-start cache for the session's tiny runs: the first run of a seed trains it
-    (about a minute on 2 cores), the others read it. ``NEMO_MMPO_TEST_WARM_STARTS`` names a
-    folder to use instead: ``scripts/test_nemo_rl.sh`` empties one and gives it to both NeMo-RL
+    (~225 steps, several CPU-minutes), the others read it. ``NEMO_MMPO_TEST_WARM_STARTS`` names
+    a folder to use instead: ``scripts/test.sh`` trains the tiny recipe's into one while
+    NeMo-RL's environments build and ``scripts/test_nemo_rl.sh`` gives it to both NeMo-RL
     snapshots' sessions (same interpreter and torch, and the warm start does not involve
-    NeMo-RL), so the second reads what the first trained."""
+    NeMo-RL); a run that needs it while it is being trained waits on its lock."""
     shared = os.environ.get("NEMO_MMPO_TEST_WARM_STARTS")
     if shared:
         Path(shared).mkdir(parents=True, exist_ok=True)
