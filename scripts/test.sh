@@ -15,7 +15,7 @@
 # the 3.11 suite; once the environments are ready the NeMo-RL and Slurm suites start, and what is
 # left of the 3.11 suite goes on beside them at a lower priority (nice 10), filling the cores
 # they leave idle (imports, actors starting one after another, single-threaded steps) instead
-# of delaying them.
+# of delaying them. (Ray starts its workers at nice 15, below that: docs/testing.md, "CI".)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/parts.sh
