@@ -18,6 +18,7 @@ NeMo-RL v0.7.0 ships pins another TransferQueue (b266d39, numpy < 2).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -39,6 +40,7 @@ import_nemo_rl("transfer_queue")
 
 from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.cpu.spread.curves import reward_curve
+from nemo_mmpo.nemo_rl import install
 from nemo_mmpo.recipes import load
 
 RECIPE = "mmpo_tiny_cpu_sync.yaml"
@@ -113,6 +115,12 @@ def test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9(
         partitions.append(kwargs.get("num_samples"))
         return prepare_step(self, *args, **kwargs)
 
+    # a stand-in that keeps the hooked grpo_train's name, signature and hook marks, so the
+    # driver's install() finds its hook in place (install() refuses a grpo_train of another
+    # name or signature: an alias off the trainer's path)
+    install()
+
+    @functools.wraps(grpo.grpo_train)
     def no_legacy(*args, **kwargs):
         raise AssertionError("data_plane.enabled=true ran NeMo-RL's grpo_train")
 
