@@ -17,12 +17,12 @@ part_line() {  # part_line NAME SECONDS OUTCOME: one part, e.g. "the Slurm suite
 
 parts_table() {  # parts_table FILE TOTAL_SECONDS: the table of FILE's parts, then the total
     local name seconds outcome
-    printf '\n%-46s %8s  %s\n' "part" "seconds" "outcome"
-    printf '%-46s %8s  %s\n' "----" "-------" "-------"
+    printf '\n%-58s %8s  %s\n' "part" "seconds" "outcome"
+    printf '%-58s %8s  %s\n' "----" "-------" "-------"
     if [[ -s "$1" ]]; then
         while IFS=$'\t' read -r name seconds outcome; do
-            printf '%-46s %8s  %s\n' "$name" "$seconds" "$outcome"
+            printf '%-58s %8s  %s\n' "$name" "$seconds" "$outcome"
         done <"$1"
     fi
-    printf '%-46s %8s  %s\n' "the whole run (wall clock)" "$2" "$3"
+    printf '%-58s %8s  %s\n' "the whole run (wall clock)" "$2" "$3"
 }

@@ -158,7 +158,7 @@ wait "$suite_group" || true
 echo "test.sh: the 3.11 suite waited for at $SECONDS s"
 cat "$logs/suite.log"
 read -r suite_seconds suite_code <"$SUITE_DONE" || { suite_seconds="?"; suite_code=1; }
-part_line "the 3.11 suite (${NEMO_MMPO_TEST_WORKERS:-2} workers; nice 10 beside the NeMo-RL suite)" \
+part_line "the 3.11 suite (${NEMO_MMPO_TEST_WORKERS:-2} workers, nice 10 beside NeMo-RL's)" \
     "$suite_seconds" "$([[ $suite_code == 0 ]] && echo ok || echo "FAILED (pytest exit $suite_code)")"
 [[ $suite_code == 0 ]] || status=1
 exit $status
