@@ -8,9 +8,9 @@ hostile strings, in every form of Hydra's grammar (``key=v``, ``+key=v``, ``++ke
 against each NeMo-RL snapshot, as a login node reads it: a checkout whose ``nemo_rl`` does not
 import here. It must end in a plan (status 0) or in one ``error:`` line (status 2); any
 exception fails the test with the override set that raised it. One thing is shortened: each
-recipe file is read (NeMo-RL's ``load_config``: YAML and its ``defaults:`` merges, 0.5 s) once
-and copied for each set; the overrides, their resolution, every check and the plan run as the
-command runs them.
+recipe is composed (its ``defaults:`` chain read and merged: :func:`nemo_mmpo.recipes.compose`,
+0.5 s) and read back by NeMo-RL's ``load_config`` once, then copied for each set; the overrides,
+their resolution, every check and the plan run as the command runs them.
 
 ``NEMO_MMPO_OVERRIDE_EXAMPLES`` sets the examples per snapshot (default 150: about 30 s of CPU for
 both snapshots; ``=2000`` for the issue's few thousand, ~15 minutes on a busy 2-core machine).
@@ -104,11 +104,24 @@ def _flat_keys(node, prefix=""):
 
 
 class RecipeOnce:
-    """NeMo-RL's config module with ``load_config`` read once per file (a copy each call)."""
+    """NeMo-RL's config module with ``load_config`` read once per file (a copy each call), and
+    :func:`nemo_mmpo.recipes.compose` run once per recipe (:meth:`compose`)."""
 
     def __init__(self, module):
         self.module = module
         self.loaded = functools.cache(module.load_config)
+        self.composed = {}
+        self.compose_each_time = recipes.compose
+
+    def compose(self, path, nemo_rl_root, merge, _chain=()):
+        """A recipe's composed config, made once (``load`` only writes it out as YAML); the
+        bases it inherits (``_chain`` not empty) are composed as the command composes them."""
+        if _chain:
+            return self.compose_each_time(path, nemo_rl_root, merge, _chain)
+        key = (str(path), str(nemo_rl_root))
+        if key not in self.composed:
+            self.composed[key] = self.compose_each_time(path, nemo_rl_root, merge)
+        return self.composed[key]
 
     def load_config(self, path):
         return copy.deepcopy(self.loaded(path))
@@ -140,6 +153,7 @@ def reading(checkout, once, label):
     with (
         mock.patch.dict(os.environ, NEMO_RL_PATH=str(checkout.root)),
         mock.patch.object(recipes, "nemo_rl_config_module", lambda root: (once, label)),
+        mock.patch.object(recipes, "compose", once.compose),
     ):
         yield
 
