@@ -9,6 +9,13 @@
 #: start. Timeout after 30.0 seconds" on a loaded machine; NeMo-RL's init_ray() and ray.sub
 #: start the dashboard), and a worker process 60 s to register with its raylet
 NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 RAY_worker_register_timeout_seconds=600"
+#: and no Hugging Face hub: this machine reaches none, and every model the suites load is a
+#: local folder; without HF_HUB_OFFLINE=1 each vLLM engine spent ~22 s of its start asking the
+#: hub about that folder (vLLM 0.25.1's create_engine_config: 22.9 s, 1.1 s with it, measured
+#: 2026-11-28 on the 2-core machine). Both, as NAME=VALUE words for env(1): what every NeMo-RL
+#: session, NeMo-RL unit-test run and Slurm job of the suites gets (a setting of the test
+#: machine; a user's cluster with a hub keeps its own)
+NEMO_MMPO_TEST_MACHINE="$NEMO_MMPO_RAY_PATIENCE HF_HUB_OFFLINE=1"
 
 part_line() {  # part_line NAME SECONDS OUTCOME: one part, e.g. "the Slurm suite, one host" 412 ok
     [[ -n "${NEMO_MMPO_PARTS:-}" ]] || return 0

@@ -54,14 +54,14 @@ stop_recorded() {  # stop_recorded NAME...: stop the processes whose PIDs are in
 
 job_env_for() {  # job_env_for NEMO_RL: the jobs' JOB_ENV (slurm/submit_mmpo.sh) without a container
     # NeMo-RL's Python environment, its ray on PATH; ray.sub's logs and signal files under $WORK
-    # (default: the repo). Ray's start-up limits raised ($NEMO_MMPO_RAY_PATIENCE, from
+    # (default: the repo). Ray's start-up limits raised and no hub ($NEMO_MMPO_TEST_MACHINE, from
     # scripts/parts.sh): ray.sub starts the head with the dashboard
     # (--include-dashboard=True) and gives up after three tries, and in CI these jobs share 2
     # cores with the NeMo-RL suite's two sessions (a resumed job's head failed so in the
     # fresh-clone CI of 4801bde: "MetricsHead ... Timeout after 30.0 seconds"). A setting of
     # this test machine, not of the launcher.
     echo "PATH=$VENV/bin:$PATH PYTHONPATH=$1 NEMO_RL_PY_EXECUTABLES_SYSTEM=1 OMP_NUM_THREADS=1" \
-        "BASE_LOG_DIR=$WORK/jobs $NEMO_MMPO_RAY_PATIENCE"
+        "BASE_LOG_DIR=$WORK/jobs $NEMO_MMPO_TEST_MACHINE"
 }
 
 copy_checkout() {  # copy_checkout: the working tree (tracked and untracked, not ignored) under

@@ -136,8 +136,8 @@ for ref in "${refs[@]}"; do
     # environment's PyPI releases (v0.7.0). The line names what the session imports.
     engines="$(nemo_rl_engine_path "$ref")" || { echo "nemo-rl $ref: FAILED: building its pinned engines" >&2; exit 1; }
     echo "nemo-rl $ref: $(PYTHONPATH="$engines" "$VENV/bin/python" scripts/engine_versions.py)"
-    # shellcheck disable=SC2086  # NEMO_MMPO_RAY_PATIENCE: NAME=VALUE words
-    session=(env $NEMO_MMPO_RAY_PATIENCE NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${engines:+$engines:}$nemo_rl:$ROOT"
+    # shellcheck disable=SC2086  # NEMO_MMPO_TEST_MACHINE: NAME=VALUE words
+    session=(env $NEMO_MMPO_TEST_MACHINE NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${engines:+$engines:}$nemo_rl:$ROOT"
         NEMO_MMPO_REQUIRE_NEMO_RL="$require" NEMO_MMPO_TEST_WARM_STARTS="$warm_starts"
         "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py
         tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection"
@@ -169,7 +169,8 @@ fi
 # Ray's dashboard, which NeMo-RL's init_ray() starts (include_dashboard=True), gives each of its
 # modules 30 s to start, which a loaded 2-core machine can miss ("Module MetricsHead failed to
 # start"): both runs get $NEMO_MMPO_RAY_PATIENCE (scripts/parts.sh; a setting of the test
-# machine, not of NeMo-RL's code)
+# machine, not of NeMo-RL's code). Not HF_HUB_OFFLINE: the outcomes without install() were
+# recorded without it, and a test that reaches for the hub must fail or skip as it did then.
 run_unit_tests() {  # run_unit_tests REF CHECKOUT with|without: NeMo-RL's tests/unit/algorithms
     local ref="$1" nemo_rl="$2" mode="$3" plugin=()
     [[ $mode == with ]] && plugin=(-p nemo_mmpo_installed)
