@@ -13,9 +13,10 @@
 # The order, for CI's time on 2 cores (docs/testing.md, "CI"): NeMo-RL's environments (mostly
 # downloads) build from the first second; meanwhile the 3.11 environment, lint, the docs, and
 # the 3.11 suite; once the environments are ready the NeMo-RL and Slurm suites start, and what is
-# left of the 3.11 suite goes on beside them at a lower priority (nice 10), filling the cores
+# left of the 3.11 suite goes on beside them at the lowest priority (nice 19), filling the cores
 # they leave idle (imports, actors starting one after another, single-threaded steps) instead
-# of delaying them. (Ray starts its workers at nice 15, below that: docs/testing.md, "CI".)
+# of delaying them: below Ray's workers too, which Ray starts at nice 15 (at nice 10 the suite
+# went ahead of the sessions' vLLM and Megatron actors: docs/testing.md, "CI").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/parts.sh
@@ -119,8 +120,8 @@ wait "$preparing" || { prepared=0; echo "preparing the NeMo-RL environment faile
 cat "$logs/preparing.log"
 echo "test.sh: NeMo-RL's environments ready at $SECONDS s"
 if kill -0 "$suite_group" 2>/dev/null; then
-    renice -n 10 -g "$suite_group" >/dev/null || true
-    echo "test.sh: the 3.11 suite goes on beside the NeMo-RL suite, at nice 10"
+    renice -n 19 -g "$suite_group" >/dev/null || true
+    echo "test.sh: the 3.11 suite goes on beside the NeMo-RL suite, at nice 19"
 fi
 # The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings),
 # and beside it the Slurm suite: slurm/submit_mmpo.sh through NeMo-RL's ray.sub to a real Slurm
@@ -158,7 +159,7 @@ wait "$suite_group" || true
 echo "test.sh: the 3.11 suite waited for at $SECONDS s"
 cat "$logs/suite.log"
 read -r suite_seconds suite_code <"$SUITE_DONE" || { suite_seconds="?"; suite_code=1; }
-part_line "the 3.11 suite (${NEMO_MMPO_TEST_WORKERS:-2} workers, nice 10 beside NeMo-RL's)" \
+part_line "the 3.11 suite (${NEMO_MMPO_TEST_WORKERS:-2} workers, nice 19 beside NeMo-RL's)" \
     "$suite_seconds" "$([[ $suite_code == 0 ]] && echo ok || echo "FAILED (pytest exit $suite_code)")"
 [[ $suite_code == 0 ]] || status=1
 exit $status

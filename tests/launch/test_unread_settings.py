@@ -87,8 +87,10 @@ def test_shipped_recipes_carry_no_unread_setting():
     root = find_nemo_rl_root()
     has_single_controller = (root / trainers.SINGLE_CONTROLLER_SCRIPT).is_file()
     for recipe in sorted(RECIPES.glob("*.yaml")):
-        findings = check(load(recipe).config)
-        if trainers.is_single_controller(load(recipe).config) and not has_single_controller:
+        config = load(recipe).config
+        single_controller = trainers.is_single_controller(config)
+        findings = check(config)
+        if single_controller and not has_single_controller:
             # refused in one line there (v0.7.0); every other rule still reads the recipe
             assert findings.errors == [trainers.missing_single_controller(root)]
         else:
