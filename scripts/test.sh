@@ -12,8 +12,9 @@
 #
 # The order, for CI's time on 2 cores (docs/testing.md, "CI"): NeMo-RL's environments (mostly
 # downloads) build from the first second; meanwhile the 3.11 environment, lint, the docs, and
-# the 3.11 suite; once the environments are ready the NeMo-RL and Slurm suites start, and what is
-# left of the 3.11 suite goes on beside them at the lowest priority (nice 19), filling the cores
+# the 3.11 suite at the lowest priority (nice 19), behind the environments' build; once they are
+# ready the NeMo-RL and Slurm suites start, and what is left of the 3.11 suite goes on beside
+# them, still at nice 19, filling the cores
 # they leave idle (imports, actors starting one after another, single-threaded steps) instead
 # of delaying them: below Ray's workers too, which Ray starts at nice 15 (at nice 10 the suite
 # went ahead of the sessions' vLLM and Megatron actors: docs/testing.md, "CI").
@@ -113,14 +114,15 @@ suite=(env "NEMO_RL_PATH=${NEMO_RL_PATH:-$checkout}" bash -c '
     "$VENV/bin/python" -m pytest -n "${NEMO_MMPO_TEST_WORKERS:-2}" -p no:cacheprovider "$@")
 [[ -n "${NEMO_RL_PATH:-$checkout}" ]] || suite=("${suite[@]:2}")  # no checkout: the tests say why they skip
 export SUITE_DONE="$logs/suite.done"
-in_background suite_group "$logs/suite" "${suite[@]}"
+# at nice 19 from its start: NeMo-RL's environments (pip's downloads and unpacking, then the
+# warm start) are the way to the sessions, the long pole, and go first; the suite has the rest
+in_background suite_group "$logs/suite" nice -n 19 "${suite[@]}"
 
 prepared=1
 wait "$preparing" || { prepared=0; echo "preparing the NeMo-RL environment failed; the NeMo-RL suite retries"; }
 cat "$logs/preparing.log"
 echo "test.sh: NeMo-RL's environments ready at $SECONDS s"
 if kill -0 "$suite_group" 2>/dev/null; then
-    renice -n 19 -g "$suite_group" >/dev/null || true
     echo "test.sh: the 3.11 suite goes on beside the NeMo-RL suite, at nice 19"
 fi
 # The NeMo-RL suite on Python 3.13 against the real NeMo-RL (see the script for its settings),
