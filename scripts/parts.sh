@@ -13,8 +13,9 @@ NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 R
 #: local folder; without HF_HUB_OFFLINE=1 each vLLM engine spent ~22 s of its start asking the
 #: hub about that folder (vLLM 0.25.1's create_engine_config: 22.9 s, 1.1 s with it, measured
 #: 2026-11-28 on the 2-core machine). Both, as NAME=VALUE words for env(1): what every NeMo-RL
-#: session, NeMo-RL unit-test run and Slurm job of the suites gets (a setting of the test
-#: machine; a user's cluster with a hub keeps its own)
+#: session of our tests and every Slurm job of the suites gets (a setting of the test machine;
+#: a user's cluster with a hub keeps its own). NeMo-RL's unit tests get the Ray limits only
+#: (scripts/test_nemo_rl.sh says why)
 NEMO_MMPO_TEST_MACHINE="$NEMO_MMPO_RAY_PATIENCE HF_HUB_OFFLINE=1"
 
 part_line() {  # part_line NAME SECONDS OUTCOME: one part, e.g. "the Slurm suite, one host" 412 ok
