@@ -136,8 +136,11 @@ for ref in "${refs[@]}"; do
     # environment's PyPI releases (v0.7.0). The line names what the session imports.
     engines="$(nemo_rl_engine_path "$ref")" || { echo "nemo-rl $ref: FAILED: building its pinned engines" >&2; exit 1; }
     echo "nemo-rl $ref: $(PYTHONPATH="$engines" "$VENV/bin/python" scripts/engine_versions.py)"
+    # each test's CPU-seconds (its process tree's: tests/cpu_seconds.py) beside --durations'
+    # wall-clock seconds, which on a loaded machine say as much about waiting for a core
     # shellcheck disable=SC2086  # NEMO_MMPO_TEST_MACHINE: NAME=VALUE words
-    session=(env $NEMO_MMPO_TEST_MACHINE NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${engines:+$engines:}$nemo_rl:$ROOT"
+    session=(env $NEMO_MMPO_TEST_MACHINE NEMO_MMPO_CPU_SECONDS=40
+        NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${engines:+$engines:}$nemo_rl:$ROOT"
         NEMO_MMPO_REQUIRE_NEMO_RL="$require" NEMO_MMPO_TEST_WARM_STARTS="$warm_starts"
         "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py
         tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection"

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+#: each test's CPU-seconds, where NEMO_MMPO_CPU_SECONDS asks for them (the NeMo-RL sessions)
+pytest_plugins = ["cpu_seconds"]
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
