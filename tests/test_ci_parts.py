@@ -141,24 +141,27 @@ class FakeRay:
         self.shutdowns += 1
 
 
-def test_a_local_cluster_that_missed_rays_start_up_time_is_started_once_more_and_said(
+def test_a_local_cluster_that_missed_rays_start_up_time_is_started_again_and_said(
     monkeypatch, capsys
 ):
     from nemo_mmpo.cpu.engines import ray_cluster
 
+    pauses = []
+    monkeypatch.setattr("time.sleep", pauses.append)
     timeout = "The current node timed out during startup. This could happen because ..."
-    fake = FakeRay(1, timeout)
+    fake = FakeRay(2, timeout)
     monkeypatch.setitem(sys.modules, "ray", fake)
     ray_cluster.start_local_cluster(2, {"include_dashboard": False})
-    assert [call["address"] for call in fake.calls] == ["local", "local"]
-    assert fake.shutdowns == 1
-    assert "starting it once more" in capsys.readouterr().err
+    assert [call["address"] for call in fake.calls] == ["local"] * 3
+    assert fake.shutdowns == 2 and pauses == [10.0, 20.0]
+    said = capsys.readouterr().err
+    assert "again in 10 s (try 2 of 3)" in said and "again in 20 s (try 3 of 3)" in said
 
-    twice = FakeRay(2, timeout)  # once more only: a second timeout is Ray's error
-    monkeypatch.setitem(sys.modules, "ray", twice)
+    thrice = FakeRay(3, timeout)  # the last try's timeout is Ray's error
+    monkeypatch.setitem(sys.modules, "ray", thrice)
     with pytest.raises(Exception, match="timed out during startup"):
         ray_cluster.start_local_cluster(2, {})
-    assert len(twice.calls) == 2
+    assert len(thrice.calls) == ray_cluster.RAYLET_START_TRIES == 3
 
     other = FakeRay(1, "some other error")  # any other error is not retried
     monkeypatch.setitem(sys.modules, "ray", other)

@@ -83,29 +83,43 @@ def start_ray(setup_hook: str | None = None, num_cpus: int = 2) -> bool:
 
 
 #: what Ray raises when its raylet has not registered within its fixed 30 s (Ray's
-#: ``_private/node.py``; no setting raises it): a loaded machine, not a broken one
+#: ``_private/node.py``; no setting raises it): a loaded machine, not a broken one. Seen on this
+#: project's 2-core machine under load (Ray 2.55.1): the raylet waits a fixed ~15 s for its
+#: dashboard agent (a Python process, started even without the dashboard) to write its metrics
+#: port, ``RAY_agent_register_timeout_ms`` does not raise that wait, and the raylet exits
+#: ("Timed out waiting for file ...") when the agent's imports take longer
 RAYLET_START_TIMEOUT = "timed out during startup"
+#: tries in all; the pause before try ``k`` (1-based) is ``RETRY_PAUSE_S * (k - 1)`` seconds,
+#: so a burst of other start-ups (a run's workers importing) can pass
+RAYLET_START_TRIES = 3
+RETRY_PAUSE_S = 10.0
 
 
 def start_local_cluster(cpus: int, options: dict) -> None:
-    """``ray.init(address="local")``, started once more (and said so on stderr) if Ray's
-    raylet missed its fixed start-up time: on a machine loaded by other work that is a
-    slow start, not an error of the run."""
+    """``ray.init(address="local")``, started again (up to :data:`RAYLET_START_TRIES` tries,
+    each said on stderr) while Ray's raylet misses its fixed start-up time: on a machine loaded
+    by other work that is a slow start, not an error of the run. Any other error, and the last
+    try's, is Ray's own."""
+    import time
+
     import ray
 
-    try:
-        ray.init(address="local", num_cpus=cpus, **options)
-    except Exception as error:  # Ray raises a bare Exception for it
-        if RAYLET_START_TIMEOUT not in str(error):
-            raise
-        print(
-            f"[nemo-mmpo] Ray's local cluster did not start in time ({error}); starting it "
-            "once more",
-            file=sys.stderr,
-            flush=True,
-        )
-        ray.shutdown()
-        ray.init(address="local", num_cpus=cpus, **options)
+    for attempt in range(1, RAYLET_START_TRIES + 1):
+        try:
+            ray.init(address="local", num_cpus=cpus, **options)
+            return
+        except Exception as error:  # Ray raises a bare Exception for it
+            if RAYLET_START_TIMEOUT not in str(error) or attempt == RAYLET_START_TRIES:
+                raise
+            pause = RETRY_PAUSE_S * attempt
+            print(
+                f"[nemo-mmpo] Ray's local cluster did not start in time ({error}); starting it "
+                f"again in {pause:.0f} s (try {attempt + 1} of {RAYLET_START_TRIES})",
+                file=sys.stderr,
+                flush=True,
+            )
+            ray.shutdown()
+            time.sleep(pause)
 
 
 @contextmanager
