@@ -104,12 +104,21 @@ NeMo-RL's worker (``MegatronPolicyWorkerImpl``):
   Megatron-Bridge's export (it gathers the shards), rank 0 posts the Hugging Face state dict
   through Ray's object store (:mod:`nemo_mmpo.cpu.answers.vllm_refit`), where the vLLM
   engine's CPU answer takes it.
+- the garbage collector (``gc.collect()`` in ``offload_before_refit``, ``offload_after_refit``,
+  ``prepare_for_lp_inference`` and ``train``, :1056-1089, :1430-1459 and after, several
+  times a step): once the worker is built (``__init__`` returned) what it holds is frozen
+  (``gc.freeze()``, after one collection), so each later ``gc.collect()`` walks only what was
+  made since instead of the million objects the imports and the model left (0.57 s a call on
+  this project's 2-core machine: about half the worker's CPU in a tiny run's step, py-spy,
+  2026-11-28). Frozen objects are still freed when nothing refers to them; only a cycle among
+  them outlives its last reference. Nothing the worker computes changes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -546,6 +555,22 @@ def _answer_worker(module: Any) -> None:
     for cls in _worker_classes(module):
         for name, answer in answers.items():
             setattr(cls, name, answer)
+        if not getattr(cls.__init__, "_nemo_mmpo_cpu", False):
+            cls.__init__ = _frozen_once_built(cls.__init__)
+
+
+def _frozen_once_built(init: Callable) -> Callable:
+    """``init``, then one collection and ``gc.freeze()``: the worker's later ``gc.collect()``
+    calls walk only the objects made after it was built."""
+
+    @functools.wraps(init)
+    def build(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        gc.collect()
+        gc.freeze()
+
+    build._nemo_mmpo_cpu = True  # type: ignore[attr-defined]
+    return build
 
 
 def _worker_classes(module: Any) -> list[type]:
