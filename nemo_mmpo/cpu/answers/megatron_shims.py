@@ -105,13 +105,14 @@ NeMo-RL's worker (``MegatronPolicyWorkerImpl``):
   through Ray's object store (:mod:`nemo_mmpo.cpu.answers.vllm_refit`), where the vLLM
   engine's CPU answer takes it.
 - the garbage collector (``gc.collect()`` in ``offload_before_refit``, ``offload_after_refit``,
-  ``prepare_for_lp_inference`` and ``train``, :1056-1089, :1430-1459 and after, several
-  times a step): once the worker is built (``__init__`` returned) what it holds is frozen
-  (``gc.freeze()``, after one collection), so each later ``gc.collect()`` walks only what was
-  made since instead of the million objects the imports and the model left (0.57 s a call on
-  this project's 2-core machine: about half the worker's CPU in a tiny run's step, py-spy,
-  2026-11-28). Frozen objects are still freed when nothing refers to them; only a cycle among
-  them outlives its last reference. Nothing the worker computes changes.
+  ``prepare_for_lp_inference`` and ``train``, worker :1056, 1088, 1430, 1459, 1468, 1566; main
+  :2000, 2032, 2989, 3046, 3055, 3160, 3412; several times a step): once the worker is built
+  (``__init__`` returned) what it holds is frozen (``gc.freeze()``, after one collection), so
+  each later ``gc.collect()`` walks only what was made since instead of the million objects
+  the imports and the model left (0.57 s a call on this project's 2-core machine: about half
+  the worker's CPU in a tiny run's step, py-spy, 2026-11-28). Frozen objects are still freed
+  when nothing refers to them; only a cycle among them outlives its last reference. Nothing
+  the worker computes changes.
 """
 
 from __future__ import annotations
