@@ -54,7 +54,7 @@ class CPUSeconds:
 
     def __init__(self) -> None:
         self.root = os.getpid()
-        self.ours: set[tuple[int, int]] = set()  # (pid, start) seen in the tree
+        self.ours: set[tuple[int, int]] = set()  # (pid, start) seen in the tree, still running
         self.last: dict[tuple[int, int], float] = {}  # their CPU-seconds at the last reading
         self.spent: Counter[str] = Counter()  # test id -> CPU-seconds
         self.wall: Counter[str] = Counter()
@@ -77,11 +77,10 @@ class CPUSeconds:
             key = tree.pop()
             self.ours.add(key)
             tree.extend(children.get(key[0], []))
-        spent = 0.0
-        for key in self.ours & processes.keys():
-            cpu = processes[key][1]
-            spent += cpu - self.last.get(key, 0.0)
-            self.last[key] = cpu
+        self.ours &= processes.keys()  # an ended process's key never comes back
+        now = {key: processes[key][1] for key in self.ours}
+        spent = sum(cpu - self.last.get(key, 0.0) for key, cpu in now.items())
+        self.last = now
         with self.lock:
             self.spent[self.current] += spent
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,8 +101,6 @@ def start_local_cluster(cpus: int, options: dict) -> None:
     each said on stderr) while Ray's raylet misses its fixed start-up time: on a machine loaded
     by other work that is a slow start, not an error of the run. Any other error, and the last
     try's, is Ray's own."""
-    import time
-
     import ray
 
     for attempt in range(1, RAYLET_START_TRIES + 1):
