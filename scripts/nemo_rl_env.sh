@@ -75,6 +75,23 @@ nemo_rl_quiet_pip() {  # pip's own errors stay; this machine's notes about absen
     "$NEMO_RL_VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location '" || true; }
 }
 
+nemo_rl_install() {  # nemo_rl_install PYTHON ARGS...: `pip install ARGS` into PYTHON's
+    # environment, done by uv (the base environment's own, at NeMo-RL's pin in
+    # $NEMO_RL_REQUIREMENTS) where it is there: the environments are ~5.7 GB of wheels, which pip
+    # hashes, unpacks and byte-compiles one at a time (the slowest part of a fresh CI: ~10 min on
+    # 2 cores, docs/testing.md "CI") and uv in well under a minute, the same versions. pip where
+    # uv is absent, or when uv fails (said; e.g. an index only pip's configuration knows).
+    local python="$1" uv="$NEMO_RL_VENV/bin/uv"
+    shift
+    if [[ -x "$uv" ]]; then
+        UV_HTTP_TIMEOUT="${UV_HTTP_TIMEOUT:-${PIP_DEFAULT_TIMEOUT:-180}}" "$uv" pip install \
+            --python "$python" --compile-bytecode -q "$@" && return 0
+        echo "nemo-rl environment: uv could not install $*; pip tries" >&2
+    fi
+    "$python" -m pip install -q "$@" 2>&1 | { grep -v "^WARNING: Location '" || true; }
+    return "${PIPESTATUS[0]}"
+}
+
 nemo_rl_environment() {  # builds or reuses $NEMO_RL_VENV with Python $1; prints what it does
     local python="$1" interpreter requirements_hash
     interpreter="$("$python" -VV | tr -d '\n')"
@@ -88,7 +105,9 @@ nemo_rl_environment() {  # builds or reuses $NEMO_RL_VENV with Python $1; prints
     requirements_hash="$(sha256sum "$NEMO_RL_REQUIREMENTS" | cut -d' ' -f1)"
     if [[ "$(cat "$NEMO_RL_VENV/.nemo-mmpo-requirements" 2>/dev/null)" != "$requirements_hash" ]]; then
         echo "nemo-rl environment: installing torch and NeMo-RL's pure-Python dependencies"
-        nemo_rl_quiet_pip install -q -r "$NEMO_RL_REQUIREMENTS"
+        # uv first (its pin in the requirements), then everything by it (nemo_rl_install)
+        nemo_rl_quiet_pip install -q "$(grep -E '^uv==' "$NEMO_RL_REQUIREMENTS")"
+        nemo_rl_install "$NEMO_RL_VENV/bin/python" -r "$NEMO_RL_REQUIREMENTS"
         nemo_rl_write_stamp "$requirements_hash" "$NEMO_RL_VENV/.nemo-mmpo-requirements"
     fi
     nemo_rl_megatron_bridge
@@ -104,7 +123,9 @@ nemo_rl_megatron_bridge() {  # Megatron-Bridge and its import-time needs in $NEM
     stamp="$(cat "$NEMO_RL_MEGATRON_BRIDGE_REQUIREMENTS" "$NEMO_RL_VENV/.nemo-mmpo-requirements" | sha256sum | cut -d' ' -f1)"
     if [[ "$(cat "$NEMO_RL_VENV/.nemo-mmpo-megatron-bridge" 2>/dev/null)" != "$stamp" ]]; then
         echo "nemo-rl environment: installing Megatron-Bridge and its import-time needs"
-        nemo_rl_quiet_pip install -q --no-deps --ignore-requires-python -r "$NEMO_RL_MEGATRON_BRIDGE_REQUIREMENTS"
+        # (uv installs it --no-deps without asking its Python; pip needs to be told)
+        PIP_IGNORE_REQUIRES_PYTHON=1 nemo_rl_install "$NEMO_RL_VENV/bin/python" --no-deps \
+            -r "$NEMO_RL_MEGATRON_BRIDGE_REQUIREMENTS"
         nemo_rl_write_stamp "$stamp" "$NEMO_RL_VENV/.nemo-mmpo-megatron-bridge"
     fi
 }
@@ -209,7 +230,7 @@ nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; p
         base_site="$("$NEMO_RL_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
         overlay_site="$("$overlay/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
         nemo_rl_write_stamp "$base_site" "$overlay_site/_nemo_mmpo_base.pth"
-        "$overlay/bin/python" -m pip install -q --no-deps -r "$pins" 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
+        nemo_rl_install "$overlay/bin/python" --no-deps -r "$pins" >&2
         nemo_rl_write_stamp "$stamp" "$overlay/.nemo-mmpo-stamp"
     fi
     # the CPU shims in the processes vLLM's AsyncLLM spawns outside Ray (its engine core): a

@@ -15,6 +15,9 @@
 #   NEMO_RL_RECORD=1   re-record NeMo-RL's outcomes without install() for each snapshot
 #   NEMO_MMPO_SIDE_BY_SIDE=0  the snapshots' sessions of our tests one after the other (default:
 #                      side by side)
+#   NEMO_MMPO_LONG_RUNS=all|none|N  the long end-to-end runs (tests/long_runs.py): every turn
+#                      (default), none, or turn N; under CI=true the default is the commit's
+#                      turn (its number of commits modulo the number of turns)
 # The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
 # the interpreter or a snapshot changes. Under CI=true a NeMo-RL that fails to import, or a
 # missing Python 3.13 while the snapshots are present, fails the run instead of skipping.
@@ -60,6 +63,15 @@ declare -A archive_of=()
 read -r -a extra_pytest <<< "${NEMO_MMPO_PYTEST_ARGS:-}"  # e.g. "-k tiny" for a local run
 require=0
 [[ "$IN_CI" == "true" ]] && require=1
+# the long end-to-end runs (tests/long_runs.py): CI trains one turn of them a run, the commit's
+if [[ -z "${NEMO_MMPO_LONG_RUNS:-}" && "$IN_CI" == "true" ]]; then
+    commits="$(git rev-list --count HEAD 2>/dev/null || echo 0)"
+    NEMO_MMPO_LONG_RUNS="$("$VENV/bin/python" tests/long_runs.py turn "$commits")"
+fi
+export NEMO_MMPO_LONG_RUNS="${NEMO_MMPO_LONG_RUNS:-all}"
+long_runs="$("$VENV/bin/python" tests/long_runs.py describe "$NEMO_MMPO_LONG_RUNS")" || exit 2
+echo "nemo-rl suite: long runs: $long_runs"
+part_line "long end-to-end runs (NEMO_MMPO_LONG_RUNS=$NEMO_MMPO_LONG_RUNS)" "-" "${long_runs%%;*}"
 status=0
 logs="$UNPACKED/logs"
 mkdir -p "$logs"

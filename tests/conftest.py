@@ -27,6 +27,21 @@ if not os.environ.get("NEMO_RL_PATH") and (_SNAPSHOT / "nemo_rl").is_dir():
     os.environ["NEMO_RL_PATH"] = str(_SNAPSHOT)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The long end-to-end runs outside this run's turn are deselected (``NEMO_MMPO_LONG_RUNS``;
+    ``tests/long_runs.py``); a bad value or a long run in no turn stops the session, said."""
+    import long_runs
+
+    try:
+        left_out = long_runs.deselected(items)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        kept = set(map(id, items)) - set(map(id, left_out))
+        items[:] = [item for item in items if id(item) in kept]
+
+
 def all_reward_patterns(group_size: int) -> torch.Tensor:
     """``[2**group_size, group_size]`` float64: every binary reward pattern of one group."""
     patterns = list(itertools.product((0.0, 1.0), repeat=group_size))

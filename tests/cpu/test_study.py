@@ -12,7 +12,7 @@ from nemo_rl_support import import_nemo_rl
 
 # CI time: on v0.7.0, beside main's session (the long pole since its single controller's, resumed
 # step's and TransferQueue trainer's runs)
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot, pytest.mark.long_run]
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.eval.report import load_runs, write_report

@@ -173,6 +173,7 @@ def users_run_killed_and_resumed(tmp_path: Path, warm_starts: Path) -> tuple[Pat
 # CI time: main's grpo_train runs the estimator in tests/nemo_rl_adapter/test_trainer_loop.py and
 # the Megatron recipe end to end (killed and resumed)
 @pytest.mark.one_snapshot
+@pytest.mark.long_run
 def test_short_tiny_run_trains_on_the_core_advantages_and_resumes(
     ray_cluster, spies, tmp_path, warm_starts
 ):
@@ -252,6 +253,7 @@ def test_short_tiny_run_trains_on_the_core_advantages_and_resumes(
 
 @pytest.mark.one_snapshot  # CI time: main's async loop runs in test_trainer_loop.py and
 # test_ray_nodes.py is v0.7.0's too; v0.7.0 is the snapshot whose collector can stall
+@pytest.mark.long_run
 def test_short_async_tiny_run_refits_a_separate_engine_and_resumes(
     ray_cluster, spies, tmp_path, warm_starts, monkeypatch
 ):

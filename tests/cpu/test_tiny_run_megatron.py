@@ -69,6 +69,7 @@ def report(request, line: str) -> None:
 
 
 @pytest.mark.one_snapshot
+@pytest.mark.long_run
 def test_megatron_recipe_is_on_policy_and_learns(request, tmp_path, tiny_warm_starts):
     """Fifty steps without a break (the kill and resume of the workers' checkpoint: on main,
     whose NeMo-RL restores the optimizer's state from it, ``test_tiny_run_sync.py``; v0.7.0
@@ -248,6 +249,7 @@ def same(first, second) -> bool:
 
 
 @pytest.mark.main_snapshot
+@pytest.mark.long_run
 def test_a_resumed_run_takes_the_uninterrupted_runs_next_step(tmp_path, tiny_warm_starts):
     """NeMo-RL main's ``grpo_train`` with its Megatron worker, three steps with a checkpoint at
     step 2 (and the last); then a run resumed from that checkpoint alone (``step_2`` and the

@@ -29,7 +29,7 @@ from killed_runs import check_on_policy, run_until_step_then_kill
 from learning_check import fifty_step_overrides
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
 
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot, pytest.mark.long_run]
 import_nemo_rl("nemo_rl.algorithms.grpo")  # skips the module where NeMo-RL is not importable
 if importlib.util.find_spec("nemo_rl.algorithms.single_controller") is None:  # v0.7.0's session
     pytest.skip("this NeMo-RL has no single controller (v0.7.0)", allow_module_level=True)

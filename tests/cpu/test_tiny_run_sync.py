@@ -33,7 +33,7 @@ from killed_runs import (
 from learning_check import fifty_step_overrides
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
 
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot, pytest.mark.long_run]
 import_nemo_rl("vllm")
 import_nemo_rl("megatron.core")
 import_nemo_rl("transfer_queue")

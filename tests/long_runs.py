@@ -1,0 +1,128 @@
+"""The long end-to-end runs, and which of them one CI run trains (its turn).
+
+Each test here trains one of NeMo-RL's paths for real on the CPU rig (a trainer, its vLLM and
+Megatron engines, a kill -9 and the resume, the watcher, a user's wheel): every one starts a
+Ray cluster, vLLM and Megatron workers, and each such start costs ~250 CPU-seconds of imports
+before its first step. Together they cost ~3900 CPU-seconds (docs/testing.md, "What CI costs
+in CPU-seconds"); the rest of CI (both snapshots' adapter and launcher tests, NeMo-RL's unit
+tests, the 3.11 suite, the Slurm suite) already fills most of the 35 minutes of 2 cores, so one
+CI run cannot train them all. CI trains them in turns: ``scripts/test.sh`` under ``CI=true``
+picks turn ``(number of commits in HEAD's history) % len(TURNS)``, so consecutive commits take
+the turns in order, every path is trained in CI again within ``len(TURNS)`` commits, and the log
+says which turn ran. ``NEMO_MMPO_LONG_RUNS`` chooses instead: ``all`` (the default outside CI:
+``bash scripts/test.sh`` on a workstation runs everything), ``none``, or a turn's number.
+
+The turns are about equally costly (CPU-seconds measured 2026-11-28 on the 2-core machine, both
+sessions side by side), and a test's snapshot is its ``one_snapshot``/``main_snapshot`` mark.
+A test marked ``long_run`` must be in exactly one turn (``tests/test_long_runs.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+#: the turns, each a tuple of ``path::test`` names (the test's id without parameters)
+TURNS: tuple[tuple[str, ...], ...] = (
+    # v0.7.0: the Megatron recipe's 50 steps, the learning check, the watcher killed and
+    # resumed on its step-50 checkpoint (972)
+    ("tests/cpu/test_tiny_run_megatron.py::test_megatron_recipe_is_on_policy_and_learns",),
+    # main: the single controller killed and resumed, the watcher on its checkpoint (996)
+    (
+        "tests/cpu/test_tiny_run_single_controller.py::"
+        "test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_the_watcher",
+    ),
+    # main: grpo_train_sync killed and resumed through `uv run` (770); v0.7.0: the study (151)
+    (
+        "tests/cpu/test_tiny_run_sync.py::test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9",
+        "tests/cpu/test_study.py::test_a_two_method_study_reports_the_evaluation_reports_numbers",
+    ),
+    # main: grpo_train's resumed Megatron run takes the uninterrupted run's step 3 bit for bit
+    # (514); v0.7.0: the user's wheel run in a folder of their own, killed and resumed (289),
+    # and the async recipe's run refitting a separate engine, resumed (244)
+    (
+        "tests/cpu/test_tiny_run_megatron.py::test_a_resumed_run_takes_the_uninterrupted_runs_next_step",
+        "tests/cpu/test_tiny_run.py::test_short_tiny_run_trains_on_the_core_advantages_and_resumes",
+        "tests/cpu/test_tiny_run.py::test_short_async_tiny_run_refits_a_separate_engine_and_resumes",
+    ),
+)
+
+ENVIRONMENT = "NEMO_MMPO_LONG_RUNS"
+
+
+def chosen_turns(setting: str | None) -> set[int]:
+    """The turns ``NEMO_MMPO_LONG_RUNS=setting`` asks for: every turn for ``all`` or no
+    setting, none for ``none``, else the one numbered. Raises ``ValueError`` naming the value
+    and the choices for anything else."""
+    value = (setting or "all").strip().lower()
+    if value == "all":
+        return set(range(len(TURNS)))
+    if value == "none":
+        return set()
+    if value.isdigit() and int(value) < len(TURNS):
+        return {int(value)}
+    raise ValueError(
+        f"{ENVIRONMENT}={setting!r}: expected all, none or a turn from 0 to {len(TURNS) - 1} "
+        f"(tests/long_runs.py lists them)"
+    )
+
+
+def turn_of_commit(commit_count: int) -> int:
+    """The turn CI takes for a commit with ``commit_count`` commits in its history."""
+    return commit_count % len(TURNS)
+
+
+def turn_of(test_name: str) -> int | None:
+    """The turn of ``path::test`` (a test id without parameters), or None."""
+    for number, turn in enumerate(TURNS):
+        if test_name in turn:
+            return number
+    return None
+
+
+def deselected(items, setting: str | None = None) -> list:
+    """Of pytest ``items``, those marked ``long_run`` whose turn is not chosen
+    (``NEMO_MMPO_LONG_RUNS``, read when ``setting`` is None). A ``long_run`` test in no turn
+    is an error (a new long run must take a turn, or it would never train in CI), unless it
+    is also ``beyond_ci`` (run on request only)."""
+    if setting is None:
+        setting = os.environ.get(ENVIRONMENT)
+    turns = chosen_turns(setting)
+    left_out = []
+    for item in items:
+        if item.get_closest_marker("long_run") is None or item.get_closest_marker("beyond_ci"):
+            continue  # (beyond_ci: on request only, NEMO_MMPO_BEYOND_CI=1, whatever the turn)
+        name = item.nodeid.split("[", 1)[0]
+        turn = turn_of(name)
+        if turn is None:
+            raise ValueError(
+                f"{name} is marked long_run but is in none of tests/long_runs.py's TURNS: "
+                "add it to the turn whose cost it fits"
+            )
+        if turn not in turns:
+            left_out.append(item)
+    return left_out
+
+
+def describe(setting: str | None) -> str:
+    """One line for the CI log: which long runs this run trains, and how to run the others."""
+    turns = chosen_turns(setting)
+    if len(turns) == len(TURNS):
+        return f"every turn of tests/long_runs.py ({sum(map(len, TURNS))} long runs)"
+    if not turns:
+        return "none (NEMO_MMPO_LONG_RUNS=none; =all runs every turn)"
+    (turn,) = turns
+    names = ", ".join(name.rsplit("::", 1)[1] for name in TURNS[turn])
+    return (
+        f"turn {turn} of {len(TURNS)} (tests/long_runs.py): {names}; the other turns train in "
+        "CI on the next commits, NEMO_MMPO_LONG_RUNS=all runs every turn here"
+    )
+
+
+if __name__ == "__main__":  # scripts/test_nemo_rl.sh: `python tests/long_runs.py turn|describe ARG`
+    import sys
+
+    command, argument = sys.argv[1], sys.argv[2]
+    try:
+        print(turn_of_commit(int(argument)) if command == "turn" else describe(argument))
+    except ValueError as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,128 @@
+"""CI's turns of the long end-to-end runs (``tests/long_runs.py``): every test marked
+``long_run`` is in exactly one turn, every name in a turn is such a test, consecutive commits
+take every turn, and a bad ``NEMO_MMPO_LONG_RUNS`` is refused by name."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import long_runs
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+def _marks(node: ast.AST) -> set[str]:
+    """The ``pytest.mark.X`` names in a decorator list or a ``pytestmark`` value."""
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute):
+            if sub.value.attr == "mark":
+                names.add(sub.attr)
+    return names
+
+
+def marked_tests() -> dict[str, set[str]]:
+    """``path::test`` -> its marks (the module's ``pytestmark`` and its decorators), for every
+    test function under tests/."""
+    found = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module_marks = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "pytestmark"
+                for target in node.targets
+            ):
+                module_marks |= _marks(node.value)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = module_marks | set().union(*map(_marks, node.decorator_list))
+                found[f"{path.relative_to(ROOT).as_posix()}::{node.name}"] = marks
+    return found
+
+
+def test_every_long_run_is_in_exactly_one_turn_and_every_turn_names_long_runs():
+    tests = marked_tests()
+    in_turns = [name for turn in long_runs.TURNS for name in turn]
+    assert len(in_turns) == len(set(in_turns)), "a test in two turns"
+    for name in in_turns:
+        assert name in tests, f"{name}: no such test function"
+        assert "long_run" in tests[name], f"{name} is in a turn but not marked long_run"
+        assert "beyond_ci" not in tests[name], f"{name} is beyond_ci: it runs on request only"
+    for name, marks in tests.items():
+        if "long_run" in marks and "beyond_ci" not in marks:
+            assert name in in_turns, f"{name} is marked long_run but takes no turn"
+    # the real ones are there: at least the learning check and each of main's newer trainers
+    assert any("test_megatron_recipe_is_on_policy_and_learns" in name for name in in_turns)
+    assert any("test_tiny_run_single_controller.py" in name for name in in_turns)
+    assert any("test_tiny_run_sync.py" in name for name in in_turns)
+
+
+def test_consecutive_commits_take_every_turn_in_order():
+    count = len(long_runs.TURNS)
+    assert [long_runs.turn_of_commit(commits) for commits in range(100, 100 + 2 * count)] == [
+        (100 + offset) % count for offset in range(2 * count)
+    ]
+    assert {long_runs.turn_of_commit(commits) for commits in range(count)} == set(range(count))
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [(None, "all"), ("all", "all"), ("ALL", "all"), ("none", set()), ("0", {0}), ("1", {1})],
+)
+def test_the_setting_chooses_all_none_or_one_turn(setting, expected):
+    if expected == "all":
+        expected = set(range(len(long_runs.TURNS)))
+    assert long_runs.chosen_turns(setting) == expected
+
+
+@pytest.mark.parametrize("setting", ["-1", "1.5", "some", str(len(long_runs.TURNS))])
+def test_a_bad_setting_is_refused_naming_the_value_and_the_choices(setting):
+    with pytest.raises(ValueError) as refused:
+        long_runs.chosen_turns(setting)
+    assert repr(setting) in str(refused.value)
+    assert f"0 to {len(long_runs.TURNS) - 1}" in str(refused.value)
+
+
+class _Item:
+    """What ``long_runs.deselected`` reads of a pytest item."""
+
+    def __init__(self, nodeid: str, *marks: str):
+        self.nodeid, self.marks = nodeid, marks
+
+    def get_closest_marker(self, name):
+        return name if name in self.marks else None
+
+
+def test_only_the_long_runs_of_other_turns_are_deselected():
+    first, second = long_runs.TURNS[0][0], long_runs.TURNS[1][0]
+    items = [
+        _Item(first, "long_run"),
+        _Item(second + "[a-parameter]", "long_run"),
+        _Item("tests/cpu/test_other.py::test_short", "nemo_rl"),
+        _Item("tests/cpu/test_other.py::test_on_request", "long_run", "beyond_ci"),
+    ]
+    assert long_runs.deselected(items, "0") == [items[1]]
+    assert long_runs.deselected(items, "1") == [items[0]]
+    assert long_runs.deselected(items, "all") == []
+    assert long_runs.deselected(items, "none") == items[:2]
+    with pytest.raises(ValueError, match="in none of"):
+        long_runs.deselected([_Item("tests/cpu/test_new.py::test_long", "long_run")], "all")
+
+
+def test_the_ci_script_prints_the_turn_and_refuses_a_bad_setting():
+    script = [sys.executable, str(TESTS / "long_runs.py")]
+    turn = subprocess.run([*script, "turn", "1234"], capture_output=True, text=True, check=True)
+    assert turn.stdout.strip() == str(1234 % len(long_runs.TURNS))
+    said = subprocess.run([*script, "describe", "1"], capture_output=True, text=True, check=True)
+    assert said.stdout.startswith(f"turn 1 of {len(long_runs.TURNS)} (tests/long_runs.py): ")
+    assert long_runs.TURNS[1][0].rsplit("::", 1)[1] in said.stdout
+    bad = subprocess.run([*script, "describe", "sometimes"], capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "NEMO_MMPO_LONG_RUNS='sometimes'" in bad.stderr
+    assert "Traceback" not in bad.stderr
