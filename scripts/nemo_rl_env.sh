@@ -81,9 +81,13 @@ nemo_rl_install() {  # nemo_rl_install PYTHON ARGS...: `pip install ARGS` into P
     # hashes, unpacks and byte-compiles one at a time (the slowest part of a fresh CI: ~10 min on
     # 2 cores, docs/testing.md "CI") and uv in well under a minute, the same versions. pip where
     # uv is absent, or when uv fails (said; e.g. an index only pip's configuration knows).
+    # Its cache is the ignored .nemo-rl/uv-cache (on the environments' file system, so uv links
+    # the files instead of copying them), not the user's ~/.cache/uv, which the tests' own
+    # `uv run`s use as a user's uv would (UV_CACHE_DIR set by the caller wins).
     local python="$1" uv="$NEMO_RL_VENV/bin/uv"
     shift
     if [[ -x "$uv" ]]; then
+        UV_CACHE_DIR="${UV_CACHE_DIR:-$NEMO_RL_UNPACKED/uv-cache}" \
         UV_HTTP_TIMEOUT="${UV_HTTP_TIMEOUT:-${PIP_DEFAULT_TIMEOUT:-180}}" "$uv" pip install \
             --python "$python" --compile-bytecode -q "$@" && return 0
         echo "nemo-rl environment: uv could not install $*; pip tries" >&2

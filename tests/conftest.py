@@ -72,20 +72,26 @@ def tiny_warm_starts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A local Ray cluster for one test module (2 CPUs, no dashboard)."""
+    """A local Ray cluster for one test module (2 CPUs, no dashboard), started as the CPU rig
+    starts its own: again, said, where the raylet misses Ray's fixed start-up time on a loaded
+    machine (``start_local_cluster``; seen in a fresh-clone CI's first test, 2026-11-28)."""
     import ray
+
+    from nemo_mmpo.cpu.engines.ray_cluster import start_local_cluster
 
     # Ray actors (NeMo-RL's async trajectory collector) unpickle the stand-ins; NeMo-RL hands
     # them the driver's environment, so this folder goes on the driver's PYTHONPATH.
     previous = {key: os.environ.get(key) for key in ("PYTHONPATH", "RAY_ADDRESS")}
     os.environ.pop("RAY_ADDRESS", None)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(TESTS.parent), *sys.path])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        ignore_reinit_error=True,
-        runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}},
+    start_local_cluster(
+        2,
+        {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "ignore_reinit_error": True,
+            "runtime_env": {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}},
+        },
     )
     # NeMo-RL main's memory tracker finds Ray by address="auto": point it at this cluster even
     # if another Ray instance runs on the machine.

@@ -17,6 +17,7 @@ import pytest
 pytestmark = pytest.mark.nemo_rl  # the NeMo-RL suite's environment has Ray
 ray = pytest.importorskip("ray")
 
+from nemo_mmpo.cpu.engines.ray_cluster import start_local_cluster
 from nemo_mmpo.cpu.rig.console import ProgressLogger
 from nemo_mmpo.cpu.rig.node_watch import NodeDiedError, TrainingStalledError, watch_nodes
 from nemo_mmpo.nemo_rl.versions import ASYNC_RESUME_FIX, async_resume_can_stall
@@ -75,7 +76,7 @@ def test_a_dead_node_ends_a_wait_inside_ray_get(monkeypatch):
     handler; any other exception waits for the call (here 60 s; on a dead node, for ever)."""
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        start_local_cluster(1, {"include_dashboard": False, "log_to_driver": False})
     try:
 
         @ray.remote(num_cpus=0)
