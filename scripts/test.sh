@@ -61,14 +61,17 @@ in_background preparing "$logs/preparing" bash -c '
     # the NeMo-RL sessions'"'"' shared warm start (the tiny recipes'"'"', seed 0: no NeMo-RL in it),
     # trained afresh beside the downloads and builds below and the sessions'"'"' first tests, under
     # the cache'"'"'s lock, which a session'"'"'s run that needs it waits for (scripts/test_nemo_rl.sh
-    # keeps the cache); its seconds and exit status in $LOGS/warm_start.done
+    # keeps the cache); its seconds and exit status in $LOGS/warm_start.done. One torch thread:
+    # beside other work, torch'"'"'s two threads on 2 cores spin waiting for each other (with one
+    # busy process beside it: 362 CPU-s in 288 s with two threads, 192 in 204 s with one, the
+    # same held-out numbers printed; docs/testing.md, "CI")
     warm_starts=.nemo-rl/test_warm_starts
     rm -rf "$warm_starts"
     if [[ -n "$python" ]]; then
         (
             started=$SECONDS code=0
             NEMO_RL_PATH="${NEMO_RL_PATH:-$(nemo_rl_unpack "$(nemo_rl_snapshot_refs | sort | tail -n 1)")}" \
-            PYTHONPATH="$PWD" "$NEMO_RL_VENV/bin/python" -m nemo_mmpo.cpu warm-start \
+            OMP_NUM_THREADS=1 PYTHONPATH="$PWD" "$NEMO_RL_VENV/bin/python" -m nemo_mmpo.cpu warm-start \
                 --config examples/configs/mmpo_tiny_cpu.yaml "cpu_backend.warm_start_cache=$PWD/$warm_starts" \
                 >"$LOGS/warm_start.log" 2>&1 || code=$?
             echo "$((SECONDS - started)) $code" >"$LOGS/warm_start.done"
