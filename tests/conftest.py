@@ -38,8 +38,8 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(str(error)) from None
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        kept = set(map(id, items)) - set(map(id, left_out))
-        items[:] = [item for item in items if id(item) in kept]
+        dropped = set(map(id, left_out))
+        items[:] = [item for item in items if id(item) not in dropped]
 
 
 def all_reward_patterns(group_size: int) -> torch.Tensor:

@@ -6,11 +6,12 @@ Ray cluster, vLLM and Megatron workers, and each such start costs ~250 CPU-secon
 before its first step. Together they cost ~3900 CPU-seconds (docs/testing.md, "What CI costs
 in CPU-seconds"); the rest of CI (both snapshots' adapter and launcher tests, NeMo-RL's unit
 tests, the 3.11 suite, the Slurm suite) already fills most of the 35 minutes of 2 cores, so one
-CI run cannot train them all. CI trains them in turns: ``scripts/test.sh`` under ``CI=true``
-picks turn ``(number of commits in HEAD's history) % len(TURNS)``, so consecutive commits take
-the turns in order, every path is trained in CI again within ``len(TURNS)`` commits, and the log
-says which turn ran. ``NEMO_MMPO_LONG_RUNS`` chooses instead: ``all`` (the default outside CI:
-``bash scripts/test.sh`` on a workstation runs everything), ``none``, or a turn's number.
+CI run cannot train them all. CI trains them in turns: ``scripts/test_nemo_rl.sh`` under
+``CI=true`` picks turn ``(number of commits in HEAD's history) % len(TURNS)``, so consecutive
+commits take the turns in order, every path is trained in CI again within ``len(TURNS)``
+commits, and the log says which turn ran. ``NEMO_MMPO_LONG_RUNS`` chooses instead: ``all``
+(the default outside CI: ``bash scripts/test.sh`` on a workstation runs everything), ``none``,
+or a turn's number.
 
 The turns are about equally costly (CPU-seconds measured 2026-11-28 on the 2-core machine, both
 sessions side by side), and a test's snapshot is its ``one_snapshot``/``main_snapshot`` mark.
