@@ -30,10 +30,28 @@
 #   SLURM_TEST_PORT  slurmctld's port; slurmd uses the next one (default 6917)
 #   SLURM_TEST_SUBNET the two-host mode's private /24, its first three numbers (default 10.213.47)
 #   SLURM_TEST_SEED  the two-host runs' cpu_backend.seed (default 0)
+#   NEMO_MMPO_SLURM_TWO_HOSTS  the two-host sequences: all (default), v0.7.0 or main; under
+#                    CI=true one a commit (v0.7.0 on an even number of commits, main on an odd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 IN_CI="${CI:-false}"
+# the two-host sequences to run (below): all, v0.7.0 or main; CI: one a commit
+two_hosts_choice="${NEMO_MMPO_SLURM_TWO_HOSTS:-}"
+if [[ -z "$two_hosts_choice" ]]; then
+    two_hosts_choice=all
+    if [[ "$IN_CI" == "true" ]]; then
+        two_hosts_choice=v0.7.0
+        (($(git rev-list --count HEAD 2>/dev/null || echo 0) % 2 == 1)) && two_hosts_choice=main
+    fi
+fi
+case "$two_hosts_choice" in
+    all | v0.7.0 | main) ;;
+    *)
+        echo "slurm suite: NEMO_MMPO_SLURM_TWO_HOSTS=$two_hosts_choice is not one of all, v0.7.0, main: unset it (all) or pick one"
+        exit 2
+        ;;
+esac
 WORK="${SLURM_TEST_DIR:-/var/tmp/nemo-mmpo-slurm}"
 CTLD_PORT="${SLURM_TEST_PORT:-6917}"
 NODE=localhost       # resolves to 127.0.0.1 everywhere; ray.sub resolves node names to addresses
@@ -273,17 +291,34 @@ teardown  # this cluster gone before the next starts
 # namespaces, a lost node2, the resubmission. ray.sub differs between the snapshots (ports, Ray's
 # GCS and health-check settings): each runs the whole sequence, v0.7.0 losing node2's network,
 # main its slurmd (NEMO_RL_PATH: that checkout, both faults).
+# Each sequence is two jobs of Ray, NeMo-RL and the tiny recipe (~280 CPU-seconds, ~245 s alone
+# on 2 cores); CI runs one of them a commit, as it trains the long end-to-end runs in turns
+# (tests/long_runs.py): the v0.7.0 one on even commit counts, main's on odd ones, so both run
+# in CI within two commits. NEMO_MMPO_SLURM_TWO_HOSTS=all|v0.7.0|main chooses (default: all
+# outside CI).
 if [[ -n "${NEMO_RL_PATH:-}" ]]; then
     two_hosts=("$nemo_rl:network" "$nemo_rl:slurmd")
+    two_hosts_choice=all
 else
-    two_hosts=("$nemo_rl:network")
+    two_hosts=()
+    if [[ $two_hosts_choice == all || $two_hosts_choice == v0.7.0 ]]; then
+        two_hosts+=("$nemo_rl:network")
+    fi
     main_ref="$(nemo_rl_snapshot_refs | grep '^main' | head -n 1)"
-    [[ -n "$main_ref" ]] && two_hosts+=("$(nemo_rl_unpack "$main_ref"):slurmd")
+    if [[ -n "$main_ref" && ( $two_hosts_choice == all || $two_hosts_choice == main ) ]]; then
+        two_hosts+=("$(nemo_rl_unpack "$main_ref"):slurmd")
+    fi
 fi
+echo "slurm two hosts: NEMO_MMPO_SLURM_TWO_HOSTS=$two_hosts_choice (${#two_hosts[@]} sequence(s))"
 two_hosts_code=0
-bash scripts/test_slurm_two_hosts.sh "$VENV" "${two_hosts[@]}" || two_hosts_code=$?
+if [[ ${#two_hosts[@]} == 0 ]]; then
+    echo "slurm two hosts: no NeMo-RL main snapshot in $NEMO_RL_SNAPSHOTS for NEMO_MMPO_SLURM_TWO_HOSTS=main"
+    two_hosts_code=1
+else
+    bash scripts/test_slurm_two_hosts.sh "$VENV" "${two_hosts[@]}" || two_hosts_code=$?
+fi
 [[ $two_hosts_code == 0 ]] || failures=$((failures + 1))
-part_line "the Slurm suite, two hosts (each snapshot)" "$((SECONDS - two_hosts_started))" \
+part_line "the Slurm suite, two hosts ($two_hosts_choice)" "$((SECONDS - two_hosts_started))" \
     "$([[ $two_hosts_code == 0 ]] && echo ok || echo FAILED)"
 echo "slurm suite: $failures failed, $((SECONDS - started)) s"
 [[ $failures -eq 0 ]]
