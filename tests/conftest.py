@@ -29,7 +29,13 @@ if not os.environ.get("NEMO_RL_PATH") and (_SNAPSHOT / "nemo_rl").is_dir():
 
 def pytest_collection_modifyitems(config, items):
     """The long end-to-end runs outside this run's turn are deselected (``NEMO_MMPO_LONG_RUNS``;
-    ``tests/long_runs.py``); a bad value or a long run in no turn stops the session, said."""
+    ``tests/long_runs.py``); a bad value or a long run in no turn stops the session, said.
+
+    The modules holding the long runs left go first, whole (their module fixtures shared as
+    before), the rest after them in their order: a long run ending a session leaves its tail
+    to one mostly serial process while the other cores idle (the fresh-clone CI of eb2f8a9:
+    main's session ran on alone for ~1400 s after v0.7.0's ended, half the machine idle), and
+    first it runs beside every other part instead."""
     import long_runs
 
     try:
@@ -40,6 +46,10 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=left_out)
         dropped = set(map(id, left_out))
         items[:] = [item for item in items if id(item) not in dropped]
+    long_run_files = {
+        item.nodeid.split("::")[0] for item in items if item.get_closest_marker("long_run")
+    }
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in long_run_files)  # stable
 
 
 def all_reward_patterns(group_size: int) -> torch.Tensor:
