@@ -46,10 +46,7 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=left_out)
         dropped = set(map(id, left_out))
         items[:] = [item for item in items if id(item) not in dropped]
-    long_run_files = {
-        item.nodeid.split("::")[0] for item in items if item.get_closest_marker("long_run")
-    }
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in long_run_files)  # stable
+    items[:] = long_runs.long_run_modules_first(items)
 
 
 def all_reward_patterns(group_size: int) -> torch.Tensor:

@@ -126,3 +126,25 @@ def test_the_ci_script_prints_the_turn_and_refuses_a_bad_setting():
     assert bad.returncode != 0
     assert "NEMO_MMPO_LONG_RUNS='sometimes'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_the_long_runs_modules_go_first_whole_and_in_order():
+    items = [
+        _Item("tests/a.py::one"),
+        _Item("tests/b.py::short"),
+        _Item("tests/b.py::long", "long_run"),
+        _Item("tests/b.py::after"),
+        _Item("tests/c.py::two"),
+        _Item("tests/d.py::long[x]", "long_run"),
+    ]
+    ordered = [item.nodeid for item in long_runs.long_run_modules_first(items)]
+    assert ordered == [
+        "tests/b.py::short",
+        "tests/b.py::long",
+        "tests/b.py::after",
+        "tests/d.py::long[x]",
+        "tests/a.py::one",
+        "tests/c.py::two",
+    ]
+    plain = [_Item("tests/a.py::one"), _Item("tests/c.py::two")]
+    assert long_runs.long_run_modules_first(plain) == plain
