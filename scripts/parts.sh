@@ -7,8 +7,11 @@
 #: of the machine, given to every Ray cluster the suites start, never of nemo-mmpo's launcher):
 #: Ray's dashboard gives each of its modules 30 s to start ("Module MetricsHead failed to
 #: start. Timeout after 30.0 seconds" on a loaded machine; NeMo-RL's init_ray() and ray.sub
-#: start the dashboard), and a worker process 60 s to register with its raylet
-NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 RAY_worker_register_timeout_seconds=600"
+#: start the dashboard), the dashboard process 60 s to come up at all (`ray start` fails; a
+#: two-host Slurm job's head failed so on its second and third tries in the fresh-clone CI of
+#: 189a6d2, the first on the raylet's fixed 30 s), and a worker process 60 s to register with
+#: its raylet
+NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 RAY_DASHBOARD_STARTUP_TIMEOUT_S=300 RAY_worker_register_timeout_seconds=600"
 #: and no Hugging Face hub: this machine reaches none, and every model the suites load is a
 #: local folder; without HF_HUB_OFFLINE=1 each vLLM engine spent ~22 s of its start asking the
 #: hub about that folder (vLLM 0.25.1's create_engine_config: 22.9 s, 1.1 s with it, measured
