@@ -31,11 +31,7 @@ def pytest_collection_modifyitems(config, items):
     """The long end-to-end runs outside this run's turn are deselected (``NEMO_MMPO_LONG_RUNS``;
     ``tests/long_runs.py``); a bad value or a long run in no turn stops the session, said.
 
-    The modules holding the long runs left go first, whole (their module fixtures shared as
-    before), the rest after them in their order: a long run ending a session leaves its tail
-    to one mostly serial process while the other cores idle (the fresh-clone CI of eb2f8a9:
-    main's session ran on alone for ~1400 s after v0.7.0's ended, half the machine idle), and
-    first it runs beside every other part instead."""
+    The modules holding the long runs left go first (``long_runs.long_run_modules_first``)."""
     import long_runs
 
     try:

@@ -119,16 +119,6 @@ def describe(setting: str | None) -> str:
     )
 
 
-if __name__ == "__main__":  # scripts/test_nemo_rl.sh: `python tests/long_runs.py turn|describe ARG`
-    import sys
-
-    command, argument = sys.argv[1], sys.argv[2]
-    try:
-        print(turn_of_commit(int(argument)) if command == "turn" else describe(argument))
-    except ValueError as error:
-        sys.exit(f"error: {error}")
-
-
 def long_run_modules_first(items: list) -> list:
     """``items`` (pytest's, in collection order) with every module that holds a ``long_run``
     item moved ahead of the others, whole and in order (a stable sort: module fixtures are
@@ -140,3 +130,13 @@ def long_run_modules_first(items: list) -> list:
 
     long_run_modules = {module(item) for item in items if item.get_closest_marker("long_run")}
     return sorted(items, key=lambda item: module(item) not in long_run_modules)
+
+
+if __name__ == "__main__":  # scripts/test_nemo_rl.sh: `python tests/long_runs.py turn|describe ARG`
+    import sys
+
+    command, argument = sys.argv[1], sys.argv[2]
+    try:
+        print(turn_of_commit(int(argument)) if command == "turn" else describe(argument))
+    except ValueError as error:
+        sys.exit(f"error: {error}")
