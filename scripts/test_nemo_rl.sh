@@ -94,16 +94,36 @@ side_by_side=0
 if [[ "${NEMO_MMPO_SIDE_BY_SIDE:-1}" == "1" && ${#refs[@]} -gt 1 ]]; then
     side_by_side=1
 fi
-declare -A nemo_rl_of=() log_of=() pid_of=() code_of=()
-timed_session() {  # timed_session LOG COMMAND...: COMMAND's output in LOG, its seconds in LOG.seconds
+declare -A nemo_rl_of=() log_of=() pid_of=() code_of=() python_of=() engines_of=() selection_of=()
+declare -A long_modules_of=()
+long_pids=()
+timed_session() {  # timed_session LOG COMMAND...: COMMAND's output in LOG, its seconds in
+    # LOG.seconds and its exit status in LOG.code
     local log="$1" started=$SECONDS code=0
     shift
     "$@" >"$log" 2>&1 || code=$?
     echo "$((SECONDS - started))" >"$log.seconds"
+    echo "$code" >"$log.code"
     return $code
 }
+our_tests() {  # our_tests REF LOG PYTEST_ARGS...: our tests on REF's NeMo-RL (its interpreter,
+    # engines and checkout), the output in LOG (timed_session)
+    local ref="$1" log="$2" engines
+    shift 2
+    engines="${engines_of[$ref]}"
+    rm -f "$log.seconds" "$log.code"
+    # each test's CPU-seconds (its process tree's: tests/cpu_seconds.py) beside --durations'
+    # wall-clock seconds, which on a loaded machine say as much about waiting for a core
+    # shellcheck disable=SC2086  # NEMO_MMPO_TEST_MACHINE: NAME=VALUE words
+    timed_session "$log" env $NEMO_MMPO_TEST_MACHINE NEMO_MMPO_CPU_SECONDS=40 \
+        NEMO_RL_PATH="${nemo_rl_of[$ref]}" PYTHONPATH="${engines:+$engines:}${nemo_rl_of[$ref]}:$ROOT" \
+        NEMO_MMPO_REQUIRE_NEMO_RL="$require" NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" \
+        "${python_of[$ref]}" -X faulthandler scripts/pytest_then_exit.py "$@" -m "${selection_of[$ref]}" \
+        -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning \
+        --durations=30 "${extra_pytest[@]}"  # the slowest tests, in the log
+}
 resolved=()
-trap 'kill "${pid_of[@]}" 2>/dev/null || true' EXIT  # a stopped suite stops its sessions
+trap 'kill "${pid_of[@]}" "${long_pids[@]}" 2>/dev/null || true' EXIT  # a stopped suite stops its sessions
 # NeMo-RL's and Megatron-Bridge's unpacked sources are byte-compiled as they are unpacked
 # (nemo_rl_env.sh); ours here: with PYTHONDONTWRITEBYTECODE set, every Ray worker would
 # compile them again
@@ -148,27 +168,47 @@ for ref in "${refs[@]}"; do
     # environment's PyPI releases (v0.7.0). The line names what the session imports.
     engines="$(nemo_rl_engine_path "$ref")" || { echo "nemo-rl $ref: FAILED: building its pinned engines" >&2; exit 1; }
     echo "nemo-rl $ref: $(PYTHONPATH="$engines" "$VENV/bin/python" scripts/engine_versions.py)"
-    # each test's CPU-seconds (its process tree's: tests/cpu_seconds.py) beside --durations'
-    # wall-clock seconds, which on a loaded machine say as much about waiting for a core
-    # shellcheck disable=SC2086  # NEMO_MMPO_TEST_MACHINE: NAME=VALUE words
-    session=(env $NEMO_MMPO_TEST_MACHINE NEMO_MMPO_CPU_SECONDS=40
-        NEMO_RL_PATH="$nemo_rl" PYTHONPATH="${engines:+$engines:}$nemo_rl:$ROOT"
-        NEMO_MMPO_REQUIRE_NEMO_RL="$require" NEMO_MMPO_TEST_WARM_STARTS="$warm_starts"
-        "$python_for_ref" -X faulthandler scripts/pytest_then_exit.py
-        tests/nemo_rl_adapter tests/cpu tests/launch -m "$selection"
-        -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning
-        --durations=30 "${extra_pytest[@]}")  # the slowest tests, in the log
-    # the session's own seconds, written when it ends (side by side, its end is not waited for
-    # in order)
-    rm -f "$log.seconds"
+    python_of[$ref]="$python_for_ref"
+    engines_of[$ref]="$engines"
+    selection_of[$ref]="$selection"
+    # side by side, the modules holding this run's long runs on this snapshot go to a process
+    # of their own (below); this session leaves them out
+    leave_out=()
     if [[ $side_by_side == 1 ]]; then
-        timed_session "$log" "${session[@]}" &
+        long_modules_of[$ref]="$("$VENV/bin/python" tests/long_runs.py modules "$NEMO_MMPO_LONG_RUNS" "$ref")"
+        for module in ${long_modules_of[$ref]}; do leave_out+=("--ignore=$module"); done
+    fi
+    session=(our_tests "$ref" "$log" tests/nemo_rl_adapter tests/cpu tests/launch "${leave_out[@]}")
+    if [[ $side_by_side == 1 ]]; then
+        "${session[@]}" &
         pid_of[$ref]=$!
     else
         code_of[$ref]=0
-        timed_session "$log" "${session[@]}" || code_of[$ref]=$?
+        "${session[@]}" || code_of[$ref]=$?
     fi
 done
+# The long runs, side by side with the sessions: in CI's one turn (~1000 CPU-s, about what each
+# session's other tests cost) one process after the other, so three streams of about equal
+# work share the 2 cores; with every turn (NEMO_MMPO_LONG_RUNS=all, a workstation) one process
+# per snapshot. In a session, a turn's long run made that session the long pole: in the
+# fresh-clone CI of eb2f8a9 main's ran on alone for ~890 s after v0.7.0's, one core idle
+# (docs/testing.md, "CI").
+long_runs_of() {  # long_runs_of REF: REF's long-run modules, if any, in their own process
+    [[ -n "${long_modules_of[$1]:-}" ]] || return 0
+    # shellcheck disable=SC2086  # one module a word
+    our_tests "$1" "$logs/long-$1.log" ${long_modules_of[$1]}
+}
+if [[ -n "$(printf '%s' "${long_modules_of[@]}")" ]]; then  # (only side by side)
+    if [[ "${NEMO_MMPO_LONG_RUNS,,}" == "all" ]]; then
+        for ref in "${resolved[@]}"; do
+            long_runs_of "$ref" &
+            long_pids+=("$!")
+        done
+    else
+        (for ref in "${resolved[@]}"; do long_runs_of "$ref" || true; done) &
+        long_pids+=("$!")
+    fi
+fi
 # NeMo-RL's own unit tests of its algorithms, each snapshot's after the other; their lines are
 # kept for the end (unit_lines). Their conftest's init_ray() joins any Ray cluster it can see
 # (ray.init(address="auto") finds every GCS process on the machine: our sessions', the Slurm
@@ -254,7 +294,7 @@ run_nemo_rls_unit_tests() {
 early=0
 if [[ $side_by_side == 1 && ${#own_pid_namespace[@]} -gt 0 ]]; then
     early=1
-    wait -n "${pid_of[@]}" 2>/dev/null || true  # its status is read below (bash keeps it)
+    wait -n "${pid_of[@]}" "${long_pids[@]}" 2>/dev/null || true  # statuses: read below
     run_nemo_rls_unit_tests
 fi
 for ref in "${resolved[@]}"; do
@@ -277,6 +317,26 @@ for ref in "${resolved[@]}"; do
     part_line "our tests on NeMo-RL $ref (Python 3.13)" "$(cat "$log.seconds" 2>/dev/null || echo "?")" \
         "$([[ $code == 0 ]] && echo "ok: $summary" || echo "FAILED: ${summary:-exit $code}")"
     grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true  # Megatron layouts' differences; the worker's runs; the watcher on its checkpoints
+done
+
+for pid in "${long_pids[@]}"; do wait "$pid" || true; done  # each process's status: its LOG.code
+for ref in "${resolved[@]}"; do
+    [[ -n "${long_modules_of[$ref]:-}" ]] || continue
+    log="$logs/long-$ref.log"
+    code="$(cat "$log.code" 2>/dev/null || echo "?")"
+    summary="$({ grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped|deselected)' "$log" || true; } | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')"
+    modules="$(tr '\n' ' ' <<<"${long_modules_of[$ref]}")"
+    if [[ "$code" == 0 ]]; then
+        outcome="ok: $summary"
+    else
+        grep -E '^(FAILED|ERROR) ' "$log" || tail -n 40 "$log"
+        [[ "$code" == "?" || $code -le 128 ]] || grep -A 30 -E '^Fatal Python error' "$log" || true
+        outcome="FAILED: ${summary:-exit $code}"
+        status=1
+    fi
+    echo "nemo-rl $ref long runs (${modules% }): ${summary:-no pytest summary (exit $code), see $log}"
+    part_line "the long runs on NeMo-RL $ref (Python 3.13)" "$(cat "$log.seconds" 2>/dev/null || echo "?")" "$outcome"
+    grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true
 done
 
 [[ $early == 1 ]] || run_nemo_rls_unit_tests

@@ -16,11 +16,17 @@ or a turn's number.
 The turns are about equally costly (CPU-seconds measured 2026-11-28 on the 2-core machine, both
 sessions side by side), and a test's snapshot is its ``one_snapshot``/``main_snapshot`` mark.
 A test marked ``long_run`` must be in exactly one turn (``tests/test_long_runs.py``).
+
+Side by side, ``scripts/test_nemo_rl.sh`` runs the modules holding the turn's long runs in a
+pytest process of their own for the snapshot they train on (``modules_of``), beside both
+snapshots' sessions of the other tests: one session holding a long run was the long pole.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
 #: the turns, each a tuple of ``path::test`` names (the test's id without parameters)
 TURNS: tuple[tuple[str, ...], ...] = (
@@ -48,6 +54,7 @@ TURNS: tuple[tuple[str, ...], ...] = (
 )
 
 ENVIRONMENT = "NEMO_MMPO_LONG_RUNS"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def chosen_turns(setting: str | None) -> set[int]:
@@ -132,11 +139,70 @@ def long_run_modules_first(items: list) -> list:
     return sorted(items, key=lambda item: module(item) not in long_run_modules)
 
 
-if __name__ == "__main__":  # scripts/test_nemo_rl.sh: `python tests/long_runs.py turn|describe ARG`
+def marked_tests(root: Path = ROOT) -> dict[str, set[str]]:
+    """``path::test`` -> its marks (the module's ``pytestmark`` and its decorators, read from
+    the source without importing it), for every test function under ``root``/tests."""
+    found = {}
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module_marks = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "pytestmark"
+                for target in node.targets
+            ):
+                module_marks |= _marks(node.value)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = module_marks | set().union(*map(_marks, node.decorator_list))
+                found[f"{path.relative_to(root).as_posix()}::{node.name}"] = marks
+    return found
+
+
+def _marks(node: ast.AST) -> set[str]:
+    """The ``pytest.mark.X`` names in a decorator list or a ``pytestmark`` value."""
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute):
+            if sub.value.attr == "mark":
+                names.add(sub.attr)
+    return names
+
+
+def trains_on(marks: set[str], ref: str) -> bool:
+    """Whether a test with ``marks`` runs on NeMo-RL ``ref``'s session, as
+    ``scripts/test_nemo_rl.sh`` selects: ``one_snapshot`` on v0.7.0 only, ``main_snapshot``
+    on every other snapshot only."""
+    if ref == "v0.7.0":
+        return "main_snapshot" not in marks
+    return "one_snapshot" not in marks
+
+
+def modules_of(setting: str | None, ref: str, root: Path = ROOT) -> list[str]:
+    """The test modules (``tests/...py``, each once, in turn order) holding the long runs that
+    ``NEMO_MMPO_LONG_RUNS=setting`` trains on NeMo-RL ``ref``: run whole in a process of their
+    own, the session of ``ref``'s other tests leaves them out."""
+    marks = marked_tests(root)
+    modules: list[str] = []
+    for turn in sorted(chosen_turns(setting)):
+        for name in TURNS[turn]:
+            module = name.split("::", 1)[0]
+            if trains_on(marks.get(name, set()), ref) and module not in modules:
+                modules.append(module)
+    return modules
+
+
+if __name__ == "__main__":  # scripts/test_nemo_rl.sh: `python tests/long_runs.py COMMAND ARG...`
+    # turn COMMITS | describe SETTING | modules SETTING REF (one module a line)
     import sys
 
     command, argument = sys.argv[1], sys.argv[2]
     try:
-        print(turn_of_commit(int(argument)) if command == "turn" else describe(argument))
+        if command == "turn":
+            print(turn_of_commit(int(argument)))
+        elif command == "modules":
+            print("\n".join(modules_of(argument, sys.argv[3])))
+        else:
+            print(describe(argument))
     except ValueError as error:
         sys.exit(f"error: {error}")

@@ -4,7 +4,6 @@ take every turn, and a bad ``NEMO_MMPO_LONG_RUNS`` is refused by name."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -16,38 +15,8 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 
-def _marks(node: ast.AST) -> set[str]:
-    """The ``pytest.mark.X`` names in a decorator list or a ``pytestmark`` value."""
-    names = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute):
-            if sub.value.attr == "mark":
-                names.add(sub.attr)
-    return names
-
-
-def marked_tests() -> dict[str, set[str]]:
-    """``path::test`` -> its marks (the module's ``pytestmark`` and its decorators), for every
-    test function under tests/."""
-    found = {}
-    for path in sorted(TESTS.rglob("test_*.py")):
-        tree = ast.parse(path.read_text())
-        module_marks = set()
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(target, ast.Name) and target.id == "pytestmark"
-                for target in node.targets
-            ):
-                module_marks |= _marks(node.value)
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                marks = module_marks | set().union(*map(_marks, node.decorator_list))
-                found[f"{path.relative_to(ROOT).as_posix()}::{node.name}"] = marks
-    return found
-
-
 def test_every_long_run_is_in_exactly_one_turn_and_every_turn_names_long_runs():
-    tests = marked_tests()
+    tests = long_runs.marked_tests()
     in_turns = [name for turn in long_runs.TURNS for name in turn]
     assert len(in_turns) == len(set(in_turns)), "a test in two turns"
     for name in in_turns:
@@ -148,3 +117,48 @@ def test_the_long_runs_modules_go_first_whole_and_in_order():
     ]
     plain = [_Item("tests/a.py::one"), _Item("tests/c.py::two")]
     assert long_runs.long_run_modules_first(plain) == plain
+
+
+def test_each_snapshot_gets_the_modules_of_the_long_runs_it_trains(tmp_path, monkeypatch):
+    """A turn's module goes to the snapshot its long run trains on (``one_snapshot``: v0.7.0,
+    ``main_snapshot``: main, neither: both), once, in turn order; the other snapshot's session
+    keeps it. Read from a tree of test files, not the real one."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_a.py").write_text(
+        "import pytest\npytestmark = pytest.mark.nemo_rl\n"
+        "@pytest.mark.long_run\n@pytest.mark.one_snapshot\ndef test_release(): pass\n"
+        "@pytest.mark.long_run\n@pytest.mark.main_snapshot\ndef test_main(): pass\n"
+        "def test_short(): pass\n"
+    )
+    (tests / "test_b.py").write_text(
+        "import pytest\n@pytest.mark.long_run\ndef test_both(): pass\n"
+    )
+    monkeypatch.setattr(
+        long_runs,
+        "TURNS",
+        (
+            ("tests/test_a.py::test_release",),
+            ("tests/test_a.py::test_main", "tests/test_b.py::test_both"),
+        ),
+    )
+    assert long_runs.modules_of("0", "v0.7.0", tmp_path) == ["tests/test_a.py"]
+    assert long_runs.modules_of("0", "main-7ea279ab", tmp_path) == []
+    assert long_runs.modules_of("1", "v0.7.0", tmp_path) == ["tests/test_b.py"]
+    assert long_runs.modules_of("1", "main", tmp_path) == ["tests/test_a.py", "tests/test_b.py"]
+    assert long_runs.modules_of("all", "main", tmp_path) == ["tests/test_a.py", "tests/test_b.py"]
+    assert long_runs.modules_of("none", "v0.7.0", tmp_path) == []
+
+
+def test_every_turn_has_modules_on_some_snapshot_and_the_script_lists_them():
+    script = [sys.executable, str(TESTS / "long_runs.py")]
+    for turn in range(len(long_runs.TURNS)):
+        listed = [
+            subprocess.run(
+                [*script, "modules", str(turn), ref], capture_output=True, text=True, check=True
+            ).stdout.split()
+            for ref in ("v0.7.0", "main")
+        ]
+        assert listed[0] + listed[1], f"turn {turn} trains on no snapshot"
+        for module in listed[0] + listed[1]:
+            assert (ROOT / module).is_file()
