@@ -29,9 +29,7 @@ if not os.environ.get("NEMO_RL_PATH") and (_SNAPSHOT / "nemo_rl").is_dir():
 
 def pytest_collection_modifyitems(config, items):
     """The long end-to-end runs outside this run's turn are deselected (``NEMO_MMPO_LONG_RUNS``;
-    ``tests/long_runs.py``); a bad value or a long run in no turn stops the session, said.
-
-    The modules holding the long runs left go first (``long_runs.long_run_modules_first``)."""
+    ``tests/long_runs.py``); a bad value or a long run in no turn stops the session, said."""
     import long_runs
 
     try:
@@ -42,7 +40,6 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=left_out)
         dropped = set(map(id, left_out))
         items[:] = [item for item in items if id(item) not in dropped]
-    items[:] = long_runs.long_run_modules_first(items)
 
 
 def all_reward_patterns(group_size: int) -> torch.Tensor:

@@ -126,19 +126,6 @@ def describe(setting: str | None) -> str:
     )
 
 
-def long_run_modules_first(items: list) -> list:
-    """``items`` (pytest's, in collection order) with every module that holds a ``long_run``
-    item moved ahead of the others, whole and in order (a stable sort: module fixtures are
-    shared as before). Last in a session, a long run ran on alone on one core while the other
-    idled; first, it runs beside every other part of CI (docs/testing.md)."""
-
-    def module(item) -> str:
-        return item.nodeid.split("::")[0]
-
-    long_run_modules = {module(item) for item in items if item.get_closest_marker("long_run")}
-    return sorted(items, key=lambda item: module(item) not in long_run_modules)
-
-
 def marked_tests(root: Path = ROOT) -> dict[str, set[str]]:
     """``path::test`` -> its marks (the module's ``pytestmark`` and its decorators, read from
     the source without importing it), for every test function under ``root``/tests."""

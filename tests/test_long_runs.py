@@ -97,28 +97,6 @@ def test_the_ci_script_prints_the_turn_and_refuses_a_bad_setting():
     assert "Traceback" not in bad.stderr
 
 
-def test_the_long_runs_modules_go_first_whole_and_in_order():
-    items = [
-        _Item("tests/a.py::one"),
-        _Item("tests/b.py::short"),
-        _Item("tests/b.py::long", "long_run"),
-        _Item("tests/b.py::after"),
-        _Item("tests/c.py::two"),
-        _Item("tests/d.py::long[x]", "long_run"),
-    ]
-    ordered = [item.nodeid for item in long_runs.long_run_modules_first(items)]
-    assert ordered == [
-        "tests/b.py::short",
-        "tests/b.py::long",
-        "tests/b.py::after",
-        "tests/d.py::long[x]",
-        "tests/a.py::one",
-        "tests/c.py::two",
-    ]
-    plain = [_Item("tests/a.py::one"), _Item("tests/c.py::two")]
-    assert long_runs.long_run_modules_first(plain) == plain
-
-
 def test_each_snapshot_gets_the_modules_of_the_long_runs_it_trains(tmp_path, monkeypatch):
     """A turn's module goes to the snapshot its long run trains on (``one_snapshot``: v0.7.0,
     ``main_snapshot``: main, neither: both), once, in turn order; the other snapshot's session
