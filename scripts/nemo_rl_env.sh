@@ -21,17 +21,26 @@ nemo_rl_write_stamp() {  # writes $1 into file $2 by rename: an environment copi
 }
 
 nemo_rl_lock() {  # nemo_rl_lock NAME VAR: opens .nemo-rl/locks/NAME.lock on a new descriptor
-    # in this shell, waits for its flock and puts the descriptor in VAR (close it with
-    # `exec {VAR}>&-`; a subshell's exit does). Each cached build below checks its stamp and
-    # builds under its lock: two scripts at once (a developer's; scripts/test.sh builds
-    # everything before its suites start side by side) would otherwise build into the same
-    # folder together, and one fail ("can't create build/temp...", seen 2026-11-29) or read a
-    # half-unpacked tree
-    local opened
-    mkdir -p "$NEMO_RL_UNPACKED/locks"
-    exec {opened}>>"$NEMO_RL_UNPACKED/locks/$1.lock"
-    if command -v flock >/dev/null; then flock "$opened"; fi
+    # in this shell, waits for its flock and puts the descriptor in VAR (nemo_rl_unlock VAR
+    # closes it; so does a subshell's exit). Each cached build below checks its stamp and builds
+    # under its lock: two scripts at once (a developer's; scripts/test.sh builds everything
+    # before its suites start side by side) would otherwise build into the same folder
+    # together, and one fail ("can't create build/temp...", seen 2026-11-29) or read a
+    # half-unpacked tree. Where the lock cannot be opened (a read-only checkout: nothing to
+    # build there either) or flock is missing, it goes on without one.
+    local opened=""
+    if mkdir -p "$NEMO_RL_UNPACKED/locks" 2>/dev/null &&
+        { exec {opened}>>"$NEMO_RL_UNPACKED/locks/$1.lock"; } 2>/dev/null; then
+        if command -v flock >/dev/null; then flock "$opened"; fi
+    else
+        opened=""
+    fi
     printf -v "$2" '%s' "$opened"
+}
+
+nemo_rl_unlock() {  # nemo_rl_unlock VAR: closes the descriptor nemo_rl_lock put in VAR
+    local -n descriptor="$1"
+    [[ -z "$descriptor" ]] || exec {descriptor}>&-
 }
 
 nemo_rl_python() {  # prints a Python 3.13 interpreter, or nothing
@@ -71,7 +80,7 @@ nemo_rl_unpack() {  # unpacks snapshot $1 into .nemo-rl/nemo-rl-$1 (if needed); 
         nemo_rl_compile "$target"
         nemo_rl_write_stamp "$archive_stamp" "$target/.nemo-mmpo-stamp"
     fi
-    exec {lock}>&-
+    nemo_rl_unlock lock
     echo "$target"
 }
 
@@ -169,7 +178,7 @@ nemo_rl_megatron_bridge_source() {  # prints the src/ folder of snapshot $1's pi
         nemo_rl_compile "$target/src"
         nemo_rl_write_stamp "$archive_stamp" "$target/.nemo-mmpo-stamp"
     fi
-    exec {lock}>&-
+    nemo_rl_unlock lock
     echo "$target/src"
 }
 
@@ -202,18 +211,18 @@ nemo_rl_megatron_core_build() {  # prints the folder holding snapshot $1's pinne
         # (NO_VCS_VERSION: its version would take the git commit of the folder it is built in)
         NO_VCS_VERSION=1 "$NEMO_RL_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation \
             --target "$target" "$source" >&2 ||
-            { echo "megatron-core $commit: pip could not build $source" >&2; exec {lock}>&-; return 1; }
+            { echo "megatron-core $commit: pip could not build $source" >&2; nemo_rl_unlock lock; return 1; }
         rm -rf "$source"
         # the helper's build is optional in its setup.py (a missing compiler would go unnoticed)
         # and PyPI's megatron-core has one too: the import must come from the build
         "$NEMO_RL_VENV/bin/python" -c "import sys; sys.path.insert(0, '$target')
 import megatron.core.datasets.helpers_cpp as helper
 assert helper.__file__.startswith('$target'), helper.__file__" >&2 ||
-            { echo "megatron-core $commit: its dataset helper did not build" >&2; exec {lock}>&-; return 1; }
+            { echo "megatron-core $commit: its dataset helper did not build" >&2; nemo_rl_unlock lock; return 1; }
         nemo_rl_compile "$target"
         nemo_rl_write_stamp "$stamp" "$target/.nemo-mmpo-stamp"
     fi
-    exec {lock}>&-
+    nemo_rl_unlock lock
     echo "$target"
 }
 
@@ -260,6 +269,6 @@ nemo_rl_vllm_environment() {  # builds or reuses the vLLM overlay for vLLM $1; p
     # async worker's shim set NEMO_MMPO_VLLM_ENGINE_RAY (nemo_mmpo/cpu/answers/vllm_shims.py)
     overlay_site="$(echo "$overlay"/lib/python3*/site-packages)"
     nemo_rl_write_stamp "$NEMO_MMPO_VLLM_SHIMS_PTH" "$overlay_site/_nemo_mmpo_vllm_shims.pth"
-    exec {lock}>&-
+    nemo_rl_unlock lock
     echo "$overlay"
 }
