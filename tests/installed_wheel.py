@@ -54,7 +54,7 @@ def build_wheel(into: Path) -> Path:
             source.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run(
+    patience.run(
         [*command, "-w", str(into / "dist"), str(source)], check=True, timeout=patience.COMMAND_S
     )
     (wheel,) = (into / "dist").glob("nemo_mmpo-*.whl")
@@ -80,7 +80,7 @@ def environment_with(wheel: Path, into: Path) -> Path:
     running = [path for path in sys.path if path.endswith("site-packages")]
     running = running or [sysconfig.get_paths()["purelib"]]
     (Path(site) / "_running_environment.pth").write_text("\n".join(running) + "\n")
-    subprocess.run(
+    patience.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
         check=True,
         timeout=patience.COMMAND_S,

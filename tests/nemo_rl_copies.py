@@ -54,7 +54,7 @@ def append(path: Path, code: str) -> None:
 def run_in(nemo_rl_root: Path, code: str = INSTALL) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter that imports NeMo-RL from the copy ``nemo_rl_root``."""
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(nemo_rl_root), str(ROOT)]))
-    return subprocess.run(
+    return patience.run(
         [sys.executable, "-W", "ignore", "-c", code],
         capture_output=True,
         text=True,

@@ -28,7 +28,7 @@ handle(main, [], "run_mmpo_math.py")
 
 @pytest.mark.parametrize("error", ["NodeDiedError", "TrainingStalledError"])
 def test_a_run_that_ended_badly_exits_with_its_message_despite_a_hanging_exit_hook(error):
-    result = subprocess.run(
+    result = patience.run(
         [sys.executable, "-c", PROGRAM.format(error=error)],
         capture_output=True,
         text=True,

@@ -45,7 +45,7 @@ def run(tmp_path: Path, setting: str | None) -> subprocess.CompletedProcess:
     environment.pop("NEMO_MMPO_CPU_SECONDS", None)
     if setting is not None:
         environment["NEMO_MMPO_CPU_SECONDS"] = setting
-    return subprocess.run(
+    return patience.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "cpu_seconds"],
         cwd=tmp_path,
         env=environment,

@@ -13,7 +13,6 @@ import contextlib
 import io
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -56,7 +55,7 @@ def test_runnable_block(where: str, language: str, code: str):
         return
     environment = dict(os.environ)
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment['PATH']}"
-    result = subprocess.run(
+    result = patience.run(
         ["bash", "-euo", "pipefail", "-c", code],
         cwd=ROOT,
         env=environment,

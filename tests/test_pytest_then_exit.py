@@ -29,7 +29,7 @@ TESTS = {
 def run(tmp_path: Path, body: str, wrapper: bool) -> subprocess.CompletedProcess:
     (tmp_path / "test_case.py").write_text(body)
     runner = [str(WRAPPER)] if wrapper else ["-m", "pytest"]
-    return subprocess.run(
+    return patience.run(
         [sys.executable, "-X", "faulthandler", *runner, "-q", "-p", "no:cacheprovider"],
         cwd=tmp_path,
         capture_output=True,

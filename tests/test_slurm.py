@@ -252,7 +252,7 @@ def run_batch_script(tmp_path: Path, ray_sub: str, nodes: dict[str, tuple[str, s
             "NODE_WATCH_MISSES": "2",
             "STOP_GRACE": "5",
         }
-        result = subprocess.run(
+        result = patience.run(
             ["bash", str(ROOT / "slurm" / "ray_job.sh")],
             env=env,
             capture_output=True,

@@ -27,7 +27,6 @@ import functools
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -174,7 +173,7 @@ def test_a_few_forms_agree_through_the_entry_point_from_another_directory(tmp_pa
     nemo_rl_checkout()
     relative = os.path.relpath(RECIPE, tmp_path)
     for form in ("plain", "scientific", "dict_merge", "quoted_spaces", "delete"):
-        result = subprocess.run(
+        result = patience.run(
             [
                 sys.executable,
                 str(ENTRY_POINT),
@@ -191,7 +190,7 @@ def test_a_few_forms_agree_through_the_entry_point_from_another_directory(tmp_pa
         assert result.returncode == 0, result.stderr
         printed = result.stdout.split("--- resolved config (what NeMo-RL trains with) ---\n")[1]
         assert yaml.safe_load(printed) == reference(FORMS[form]), form
-    result = subprocess.run(
+    result = patience.run(
         [
             sys.executable,
             str(ENTRY_POINT),

@@ -7,7 +7,6 @@ unpack a snapshot), without importing ``nemo_rl`` on the 3.11 suite: the login-n
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -184,7 +183,7 @@ def test_bad_recipes_are_rejected_with_the_key(overrides, fragment):
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
 def test_dry_run_command(recipe, checkout):
-    result = subprocess.run(
+    result = patience.run(
         [
             sys.executable,
             str(ENTRY_POINT),
@@ -209,7 +208,7 @@ def test_dry_run_command(recipe, checkout):
 
 
 def test_dry_run_reports_a_bad_override_and_fails():
-    result = subprocess.run(
+    result = patience.run(
         [sys.executable, str(ENTRY_POINT), "--dry-run", "grpo.adv_estimator.estimator=exact"],
         capture_output=True,
         text=True,
@@ -323,7 +322,7 @@ def test_a_recipe_in_any_folder_dry_runs_against_each_snapshot_from_any_director
     recipe = my_recipe(tmp_path / "exp")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    result = subprocess.run(
+    result = patience.run(
         [
             sys.executable,
             str(ENTRY_POINT),
@@ -484,7 +483,7 @@ def test_a_recipe_whose_base_is_missing_is_refused_not_half_validated(tmp_path, 
     ],
 )
 def test_dry_run_refuses_invalid_input_naming_the_key(overrides, fragments):
-    result = subprocess.run(
+    result = patience.run(
         [sys.executable, str(ENTRY_POINT), "--dry-run", *overrides],
         capture_output=True,
         text=True,

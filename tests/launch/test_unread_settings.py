@@ -6,7 +6,6 @@ declared once, with its registration, and both the runtime check and ``--dry-run
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -68,7 +67,7 @@ def warnings_of(recipe: str, *overrides: str) -> list[str]:
     ("overrides", "fragments"), IGNORED_BEFORE, ids=["k", "maclaurin", "alpha", "dmpo"]
 )
 def test_dry_run_names_each_setting_that_nothing_reads(overrides, fragments):
-    result = subprocess.run(
+    result = patience.run(
         [sys.executable, str(ENTRY_POINT), "--dry-run", *overrides],
         capture_output=True,
         text=True,
