@@ -17,7 +17,9 @@
 #                      side by side)
 #   NEMO_MMPO_LONG_RUNS=all|none|N  the long end-to-end runs (tests/long_runs.py): every turn
 #                      (default), none, or turn N; under CI=true the default is the commit's
-#                      turn (its number of commits modulo the number of turns)
+#                      turn (its number of commits modulo the number of turns). A turn also
+#                      names the one snapshot whose session runs the tests marked alternating
+#                      (all and none: both)
 # The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
 # the interpreter or a snapshot changes. Under CI=true a NeMo-RL that fails to import, or a
 # missing Python 3.13 while the snapshots are present, fails the run instead of skipping.
@@ -72,6 +74,12 @@ export NEMO_MMPO_LONG_RUNS="${NEMO_MMPO_LONG_RUNS:-all}"
 long_runs="$("$VENV/bin/python" tests/long_runs.py describe "$NEMO_MMPO_LONG_RUNS")" || exit 2
 echo "nemo-rl suite: long runs: $long_runs"
 part_line "long end-to-end runs (NEMO_MMPO_LONG_RUNS=$NEMO_MMPO_LONG_RUNS)" "-" "${long_runs%%;*}"
+# the tests marked alternating (end-to-end runs both snapshots hold): on the turn's snapshot
+# only, each snapshot every other commit; on both outside CI's turns (tests/long_runs.py)
+alternating_on="$("$VENV/bin/python" tests/long_runs.py alternating "$NEMO_MMPO_LONG_RUNS")" || exit 2
+[[ -z "${NEMO_RL_PATH:-}" ]] || alternating_on="both"  # one checkout: everything on it
+echo "nemo-rl suite: the tests marked alternating run on: $alternating_on"
+part_line "tests marked alternating (tests/long_runs.py)" "-" "on $alternating_on"
 status=0
 logs="$UNPACKED/logs"
 mkdir -p "$logs"
@@ -160,6 +168,10 @@ for ref in "${refs[@]}"; do
         else
             selection="nemo_rl and not one_snapshot"
         fi
+    fi
+    # an end-to-end run both snapshots hold: on one snapshot a commit (above)
+    if [[ "$alternating_on" != both && "$alternating_on" != "${ref%%-*}" ]]; then
+        selection="$selection and not alternating"
     fi
     # a learning check whose engines another one trains together (CI time): on request
     [[ "${NEMO_MMPO_BEYOND_CI:-0}" == "1" ]] || selection="$selection and not beyond_ci"

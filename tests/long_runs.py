@@ -53,6 +53,12 @@ TURNS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
+#: in each turn, the snapshot whose session runs the tests marked ``alternating`` (end-to-end
+#: runs of NeMo-RL's trainers and engines that both snapshots hold, ~500 CPU-seconds a session);
+#: the other snapshot's session leaves them out, so each runs on each snapshot every other
+#: commit, on the session with less of the turn's long runs (docs/testing.md, "CI")
+ALTERNATING_ON: tuple[str, ...] = ("main", "v0.7.0", "v0.7.0", "main")
+
 ENVIRONMENT = "NEMO_MMPO_LONG_RUNS"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,6 +115,17 @@ def deselected(items, setting: str | None = None) -> list:
         if turn not in turns:
             left_out.append(item)
     return left_out
+
+
+def alternating_on(setting: str | None) -> str:
+    """Which snapshot's session runs the tests marked ``alternating`` under
+    ``NEMO_MMPO_LONG_RUNS=setting``: the turn's (``v0.7.0`` or ``main``), or ``both`` for
+    ``all`` and ``none`` (a workstation's run, or one without long runs)."""
+    turns = chosen_turns(setting)
+    if len(turns) != 1:
+        return "both"
+    (turn,) = turns
+    return ALTERNATING_ON[turn]
 
 
 def describe(setting: str | None) -> str:
@@ -180,13 +197,16 @@ def modules_of(setting: str | None, ref: str, root: Path = ROOT) -> list[str]:
 
 
 if __name__ == "__main__":  # scripts/test_nemo_rl.sh: `python tests/long_runs.py COMMAND ARG...`
-    # turn COMMITS | describe SETTING | modules SETTING REF (one module a line)
+    # turn COMMITS | describe SETTING | modules SETTING REF (one module a line) |
+    # alternating SETTING
     import sys
 
     command, argument = sys.argv[1], sys.argv[2]
     try:
         if command == "turn":
             print(turn_of_commit(int(argument)))
+        elif command == "alternating":
+            print(alternating_on(argument))
         elif command == "modules":
             print("\n".join(modules_of(argument, sys.argv[3])))
         else:

@@ -140,3 +140,27 @@ def test_every_turn_has_modules_on_some_snapshot_and_the_script_lists_them():
         assert listed[0] + listed[1], f"turn {turn} trains on no snapshot"
         for module in listed[0] + listed[1]:
             assert (ROOT / module).is_file()
+
+
+def test_each_turn_runs_the_alternating_tests_on_one_snapshot_and_both_take_turns():
+    """Every turn names one snapshot for the tests marked ``alternating``, each snapshot gets
+    them within the turns (so within as many commits), and they are tests both snapshots
+    hold: marked for one snapshot or a long run, a test would skip turns of its own."""
+    assert len(long_runs.ALTERNATING_ON) == len(long_runs.TURNS)
+    assert set(long_runs.ALTERNATING_ON) == {"v0.7.0", "main"}
+    script = [sys.executable, str(TESTS / "long_runs.py")]
+    for turn, snapshot in enumerate(long_runs.ALTERNATING_ON):
+        said = subprocess.run(
+            [*script, "alternating", str(turn)], capture_output=True, text=True, check=True
+        )
+        assert said.stdout.strip() == snapshot
+    assert long_runs.alternating_on("all") == long_runs.alternating_on("none") == "both"
+    alternating = {
+        name: marks for name, marks in long_runs.marked_tests().items() if "alternating" in marks
+    }
+    assert any("test_async_grpo_train_runs_dmpo" in name for name in alternating)
+    assert any("test_vllm_generation.py" in name for name in alternating)
+    for name, marks in alternating.items():
+        assert "nemo_rl" in marks, f"{name}: alternating, but not in the NeMo-RL suite"
+        for other in ("one_snapshot", "main_snapshot", "long_run", "beyond_ci"):
+            assert other not in marks, f"{name} is alternating and {other}"

@@ -25,7 +25,7 @@ import pytest
 import torch
 from nemo_rl_support import import_nemo_rl
 
-pytestmark = pytest.mark.nemo_rl
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.alternating]
 import_nemo_rl("vllm")
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 

@@ -97,6 +97,7 @@ def changed_grpo(monkeypatch):
             del sys.modules[name]
 
 
+@pytest.mark.alternating
 def test_the_changed_trainer_trains_with_mmpo_through_the_result(
     changed_grpo, ray_cluster, tmp_path, monkeypatch
 ):

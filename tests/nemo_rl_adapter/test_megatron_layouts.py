@@ -48,7 +48,7 @@ import pytest
 import torch
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe, nemo_rl_checkout
 
-pytestmark = pytest.mark.nemo_rl
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.alternating]
 
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 loss_module = import_nemo_rl("nemo_rl.algorithms.loss")

@@ -207,6 +207,7 @@ def test_every_trainer_module_builds_our_estimator_from_the_master_config():
             assert isinstance(module.ClippedPGLossFn(config.loss_fn), MMPOClippedPGLossFn)
 
 
+@pytest.mark.alternating
 def test_async_grpo_train_runs_our_estimator_and_loss(ray_cluster, estimator_calls, tmp_path):
     """NeMo-RL's asynchronous trainer with the async recipe: collector and replay buffer are
     NeMo-RL's Ray actors; generation streams through the stand-in's ``generate_async``.
@@ -300,6 +301,7 @@ def test_grpo_train_runs_dmpo_with_the_authors_penalty(ray_cluster, tmp_path, ca
     assert "Skipping aggregation for dmpo/" not in capsys.readouterr().out
 
 
+@pytest.mark.alternating
 def test_async_grpo_train_runs_dmpo(ray_cluster, tmp_path):
     """The asynchronous trainer computes ``prev_logprobs`` with the training policy and calls
     the same hook: the batch terms are the authors' penalty at that policy."""
