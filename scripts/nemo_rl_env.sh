@@ -7,7 +7,8 @@
 #   NEMO_RL_SNAPSHOTS  folder of nemo-rl-<ref>.tar.gz (default: ../shared/nemo-rl)
 #   NEMO_RL_VENV       the environment to build or reuse (default: .venv-nemo-rl)
 # The environment and the unpacked snapshots are cached: rebuilt only when the requirements,
-# the interpreter or a snapshot changes.
+# the interpreter or a snapshot changes (an archive's sha256, not its size and time: ../shared
+# laid anew for each session gave every archive a new time, and megatron-core was rebuilt).
 
 ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 NEMO_RL_VENV="${NEMO_RL_VENV:-$ROOT/.venv-nemo-rl}"
@@ -68,7 +69,7 @@ nemo_rl_snapshot_refs() {  # prints the refs of the snapshots in $NEMO_RL_SNAPSH
 nemo_rl_unpack() {  # unpacks snapshot $1 into .nemo-rl/nemo-rl-$1 (if needed); prints its path
     local archive="$NEMO_RL_SNAPSHOTS/nemo-rl-$1.tar.gz" target="$NEMO_RL_UNPACKED/nemo-rl-$1"
     local archive_stamp lock
-    archive_stamp="$(stat -c '%s %Y' "$archive")"
+    archive_stamp="$(sha256sum "$archive" | cut -d' ' -f1)"
     nemo_rl_lock "nemo-rl-$1" lock
     if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
         rm -rf "$target"
@@ -170,7 +171,7 @@ nemo_rl_megatron_bridge_source() {  # prints the src/ folder of snapshot $1's pi
     archive="$MEGATRON_BRIDGE_SOURCES/megatron-bridge-$commit.tar.gz"
     [[ -f "$archive" ]] || return 0
     target="$NEMO_RL_UNPACKED/megatron-bridge-$commit"
-    archive_stamp="$(stat -c '%s %Y' "$archive")"
+    archive_stamp="$(sha256sum "$archive" | cut -d' ' -f1)"
     nemo_rl_lock "megatron-bridge-$commit" lock
     if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$archive_stamp" ]]; then
         rm -rf "$target"
@@ -200,7 +201,7 @@ nemo_rl_megatron_core_build() {  # prints the folder holding snapshot $1's pinne
     archive="$MEGATRON_LM_SOURCES/megatron-lm-$commit.tar.gz"
     [[ -f "$archive" ]] || return 0
     target="$NEMO_RL_UNPACKED/megatron-core-$commit"
-    stamp="$(stat -c '%s %Y' "$archive") $(cat "$NEMO_RL_VENV/.nemo-mmpo-python" 2>/dev/null)"
+    stamp="$(sha256sum "$archive" | cut -d' ' -f1) $(cat "$NEMO_RL_VENV/.nemo-mmpo-python" 2>/dev/null)"
     nemo_rl_lock "megatron-core-$commit" lock
     if [[ "$(cat "$target/.nemo-mmpo-stamp" 2>/dev/null)" != "$stamp" ]]; then
         echo "nemo-rl environment: building megatron-core from Megatron-LM $commit" >&2
