@@ -34,9 +34,10 @@ POLL_S = 1.0
 PROC = Path("/proc")
 
 
-def waits_for_a_core(root: int) -> dict[int, float]:
-    """``{pid: seconds it has waited on a run queue}`` for ``root`` and every process under it
-    (Linux's ``/proc/PID/schedstat``, second field); empty where the kernel does not say."""
+def waits_for_a_core(root: int) -> dict[tuple[int, int], float]:
+    """``{(pid, thread id): seconds it has waited on a run queue}`` for every thread of ``root``
+    and of every process under it (Linux's ``/proc/PID/task/TID/schedstat``, second field);
+    empty where the kernel does not say."""
     parents: dict[int, int] = {}
     for entry in os.scandir(PROC):
         if entry.name.isdigit():
@@ -49,9 +50,15 @@ def waits_for_a_core(root: int) -> dict[int, float]:
     while tree:
         pid = tree.pop()
         try:
-            seen[pid] = int((PROC / str(pid) / "schedstat").read_text().split()[1]) / 1e9
-        except (OSError, IndexError, ValueError):
+            threads = os.listdir(PROC / str(pid) / "task")
+        except OSError:
             continue
+        for thread in threads:
+            try:
+                schedstat = (PROC / str(pid) / "task" / thread / "schedstat").read_text()
+                seen[(pid, int(thread))] = int(schedstat.split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue
         tree.extend(child for child, parent in parents.items() if parent == pid)
     return seen
 
@@ -62,7 +69,7 @@ class Patience:
     the whole poll, starved by busier ones, adds nothing; a sleeping or hung one waits for no
     core, and its seconds count)."""
 
-    def __init__(self, reader: Callable[[], dict[int, float]]) -> None:
+    def __init__(self, reader: Callable[[], dict]) -> None:
         self.reader = reader
         self.last = reader()
         self.runnable_s = 0.0
@@ -77,6 +84,30 @@ class Patience:
         self.waited_s += waited
         self.runnable_s += wall_s - waited
         return self.runnable_s
+
+
+class Deadline:
+    """``seconds`` that the process ``pid`` and every process under it could run
+    (:class:`Patience`), read at most once a poll: ``passed()`` in a waiting loop, in place of
+    the wall clock."""
+
+    def __init__(self, seconds: float, pid: int) -> None:
+        self.seconds = seconds
+        self.patience = Patience(lambda: waits_for_a_core(pid))
+        self.started = self.polled = time.monotonic()
+
+    def passed(self) -> bool:
+        now = time.monotonic()
+        if now - self.polled >= POLL_S:
+            self.patience.poll(now - self.polled)
+            self.polled = now
+        return self.patience.runnable_s >= self.seconds
+
+    def __str__(self) -> str:
+        return (
+            f"ran {self.patience.runnable_s:.0f} s, and waited {self.patience.waited_s:.0f} s for "
+            f"a core, in {time.monotonic() - self.started:.0f} s of wall clock"
+        )
 
 
 def run(
@@ -96,27 +127,18 @@ def run(
         popen_arguments["stdout"] = popen_arguments["stderr"] = subprocess.PIPE
     if input is not None:
         popen_arguments["stdin"] = subprocess.PIPE
-    started = time.monotonic()
     with subprocess.Popen(command, **popen_arguments) as process:
-        patience = Patience(lambda: waits_for_a_core(process.pid))
-        polled = started
+        deadline = Deadline(timeout, process.pid)
         while True:
             try:
                 output, errors = process.communicate(input, timeout=POLL_S)
                 break
             except subprocess.TimeoutExpired:
-                now = time.monotonic()
-                runnable = patience.poll(now - polled)
-                polled = now
-                if runnable >= timeout:
+                if deadline.passed():
                     process.kill()
                     output, errors = process.communicate()
                     raise subprocess.TimeoutExpired(
-                        f"{command} (ran {runnable:.0f} s, and waited {patience.waited_s:.0f} s "
-                        f"for a core, in {now - started:.0f} s of wall clock)",
-                        timeout,
-                        output,
-                        errors,
+                        f"{command} ({deadline})", timeout, output, errors
                     ) from None
     result = subprocess.CompletedProcess(command, process.returncode, output, errors)
     if check:

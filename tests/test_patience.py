@@ -62,9 +62,9 @@ def test_a_starved_process_is_seen_waiting_for_a_core():
     starved = subprocess.Popen(["nice", "-n", "19", "taskset", "-c", core, *spin])
     try:
         time.sleep(1.0)  # both started and spinning
-        before = patience.waits_for_a_core(starved.pid)[starved.pid]
+        before = patience.waits_for_a_core(starved.pid)[(starved.pid, starved.pid)]
         time.sleep(2.0)
-        waited = patience.waits_for_a_core(starved.pid)[starved.pid] - before
+        waited = patience.waits_for_a_core(starved.pid)[(starved.pid, starved.pid)] - before
     finally:
         busy.kill()
         starved.kill()

@@ -183,8 +183,8 @@ def test_killed_driver_leaves_no_worker_and_resumes_without_loss(tiny_model, pro
     command[command.index("--samples") + 1] = "64"  # long enough to be killed mid-run:
     command += ["--batch-size", "4"]  # 96 sampler calls, each written when graded
     driver = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + patience.COMMAND_S
-    while time.monotonic() < deadline and not (out.exists() and out.stat().st_size > 0):
+    deadline = patience.Deadline(patience.COMMAND_S, driver.pid)
+    while not deadline.passed() and not (out.exists() and out.stat().st_size > 0):
         time.sleep(0.05)
     workers = [pid for pid in _marked_processes(mark) if pid != driver.pid]
     assert workers, "the grading workers should be running"
