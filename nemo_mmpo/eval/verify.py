@@ -2,8 +2,12 @@
 
 Math-Verify's own timeouts use SIGALRM (main thread only) and cannot interrupt C-level
 sympy/bignum work, so an answer like ``9^{9^{9^9}}`` can hang a grader for ever. Here every
-answer runs in a worker process; the parent waits at most ``timeout_seconds`` for it, then
-kills that worker, starts a fresh one, and counts the answer as a timeout (incorrect).
+answer runs in a worker process; the parent lets it spend at most ``timeout_seconds`` of CPU
+on it, then kills that worker, starts a fresh one, and counts the answer as a timeout
+(incorrect). CPU seconds, not the wall clock: on a loaded machine a worker waiting for a core
+is slow, not stuck, and its answer keeps its grade (a hung answer spins, and is caught as
+soon). Where the CPU time cannot be read (no ``/proc``), and for a worker that neither ends
+nor spends CPU, the wall clock decides, at ``WALL_FACTOR`` times the budget.
 Nothing raised in a worker reaches the caller: errors are verdicts too.
 
 Scoring is NeMo-RL's math environment's (``HFVerifyWorker``): gold wrapped as
@@ -49,6 +53,10 @@ def make_scorer():
         value, _ = metric(["\\boxed{" + gold + "}"], [prediction])
         return float(value)
 
+    # Math-Verify imports its LaTeX and expression parsers on the first answer, inside its own
+    # 5 s alarm (wall clock): on a loaded machine that first answer timed out ("Timeout during
+    # parsing") and counted as wrong. One answer graded here takes those imports out of it.
+    score("1", "1")
     return score
 
 
@@ -124,7 +132,42 @@ class _Worker:
     lifeline: Connection | None = None
     in_flight: deque = field(default_factory=deque)  # answers sent, oldest (running) first
     started: float = 0.0  # when the oldest in-flight answer started
+    started_cpu: float | None = None  # the worker's CPU seconds then (None: unknown)
     ready: bool = False
+
+    def start_answer(self) -> None:
+        """The oldest in-flight answer starts now: its budget counts from here."""
+        self.started = time.monotonic()
+        self.started_cpu = cpu_seconds(self.process.pid)
+
+    def over_budget(self, budget: float, now: float) -> bool:
+        """Whether the oldest in-flight answer has spent ``budget`` CPU seconds (the wall
+        clock where they are unknown), or ``WALL_FACTOR`` times it of wall clock."""
+        wall = now - self.started
+        if wall >= budget * WALL_FACTOR:
+            return True
+        spent = cpu_seconds(self.process.pid)
+        if spent is None or self.started_cpu is None:
+            return wall >= budget
+        return spent - self.started_cpu >= budget
+
+
+#: a worker that neither answers nor spends CPU is stuck after this many budgets of wall clock
+WALL_FACTOR = 20
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds process ``pid`` has spent (``/proc/PID/stat``), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def default_workers() -> int:
@@ -137,7 +180,7 @@ def default_workers() -> int:
 
 
 class VerifierPool:
-    """Grade many answers in parallel, each within a hard wall-clock budget.
+    """Grade many answers in parallel, each within a hard budget of CPU seconds.
 
     Workers start with ``spawn`` (a fresh interpreter), never ``fork``: the caller may already
     hold CUDA or vLLM threads, which a forked child would inherit broken. ``spawn`` also makes
@@ -152,8 +195,9 @@ class VerifierPool:
 
     Args:
         num_workers: processes (default :func:`default_workers`).
-        timeout_seconds: budget per answer (CLI ``--grade-timeout``); past it the worker is
-            killed and replaced.
+        timeout_seconds: budget per answer in the worker's CPU seconds (CLI
+            ``--grade-timeout``; the module's docstring says when the wall clock decides);
+            past it the worker is killed and replaced.
         max_chars: answers or golds longer than this are not parsed and count as
             ``too_long`` (CLI ``--max-answer-chars``). Default None: no limit, as NeMo-RL's
             math environment, so a grade here equals the training reward.
@@ -162,6 +206,9 @@ class VerifierPool:
 
     PIPELINE_DEPTH = 16
     DRAIN_INTERVAL = 0.01  # seconds between the parent's wake-ups while pipelines are full
+    POLL_S = 0.25  # seconds between readings of a busy worker's CPU time
+    START_S = 120  # CPU seconds a starting worker may take to be ready
+    START_WALL_S = 1800  # and wall-clock seconds (a start that spends no CPU is stuck)
     PIPELINE_MAX_BYTES = 16_000  # longer tasks are sent only to an idle worker (no pipe stall)
 
     def __init__(
@@ -228,10 +275,22 @@ class VerifierPool:
         self.seconds_replacing += time.monotonic() - start
         return replacement
 
-    @staticmethod
-    def _await_ready(worker: _Worker) -> bool:
+    @classmethod
+    def _await_ready(cls, worker: _Worker) -> bool:
+        """Wait for a worker's ``ready`` (Math-Verify imported and warmed up: a few CPU
+        seconds) while it lives, up to ``START_S`` of its CPU seconds or ``START_WALL_S`` of
+        wall clock: on a loaded machine a starting worker waiting for a core is not stuck."""
+        started, started_cpu = time.monotonic(), cpu_seconds(worker.process.pid) or 0.0
         try:
-            if worker.connection.poll(120) and worker.connection.recv()[0] == "ready":
+            while not worker.connection.poll(cls.POLL_S):
+                spent = cpu_seconds(worker.process.pid)
+                if (
+                    not worker.process.is_alive()
+                    or (spent is not None and spent - started_cpu >= cls.START_S)
+                    or time.monotonic() - started >= cls.START_WALL_S
+                ):
+                    return worker.ready
+            if worker.connection.recv()[0] == "ready":
                 worker.ready = True
         except (EOFError, OSError):
             pass
@@ -260,7 +319,8 @@ class VerifierPool:
             for position in range(len(self.workers)):
                 self._fill(position, pending, tasks)
             busy = {w.connection: p for p, w in enumerate(self.workers) if w.in_flight}
-            deadline = min(self.workers[p].started for p in busy.values()) + self.timeout_seconds
+            # woken at least every POLL_S: the budget is in CPU seconds, read as it goes
+            deadline = time.monotonic() + self.POLL_S
             if pending and all(len(w.in_flight) >= self.PIPELINE_DEPTH for w in self.workers):
                 # every worker has queued work: let verdicts accumulate, drain them together
                 time.sleep(max(0.0, min(self.DRAIN_INTERVAL, deadline - time.monotonic())))
@@ -271,14 +331,14 @@ class VerifierPool:
                     while worker.in_flight and connection.poll():
                         status, correct = connection.recv()
                         verdicts[worker.in_flight.popleft()] = Verdict(bool(correct), status)
-                        worker.started = time.monotonic()
+                        worker.start_answer()
                 except (EOFError, OSError):  # the worker died (e.g. out of memory)
                     verdicts[worker.in_flight.popleft()] = Verdict(False, "error")
                     pending.extendleft(reversed(worker.in_flight))
                     self.workers[position] = self._replace(worker)
             now = time.monotonic()
             for position, worker in enumerate(self.workers):
-                if worker.in_flight and now - worker.started >= self.timeout_seconds:
+                if worker.in_flight and worker.over_budget(self.timeout_seconds, now):
                     verdicts[worker.in_flight.popleft()] = Verdict(False, "timeout")
                     pending.extendleft(reversed(worker.in_flight))  # not started: retry
                     self.workers[position] = self._replace(worker)
@@ -307,7 +367,7 @@ class VerifierPool:
                 self.workers[position] = self._replace(worker)
                 continue
             if not worker.in_flight:
-                worker.started = time.monotonic()
+                worker.start_answer()
             worker.in_flight.append(index)
 
     def close(self) -> None:
