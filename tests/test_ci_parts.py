@@ -43,14 +43,24 @@ def test_c():
 """
 
 
-def junit_report(tmp_path: Path, name: str, **environment: str) -> str:
-    """pytest's own JUnit report of :data:`TESTS`, run with ``environment`` set."""
+def junit_report(tmp_path: Path, name: str, *tests: str, **environment: str) -> str:
+    """pytest's own JUnit report of :data:`TESTS` (or of the ``tests`` ids named), run with
+    ``environment`` set."""
     folder = tmp_path / name
     folder.mkdir()
     (folder / "test_units.py").write_text(textwrap.dedent(TESTS))
     report = folder / "report.xml"
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            *tests,
+        ],
         cwd=folder,
         env={"PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **environment},
         capture_output=True,
@@ -66,6 +76,10 @@ def reports(tmp_path_factory) -> dict[str, str]:
         "base": junit_report(tmp_path, "base"),
         "start_fails": junit_report(tmp_path, "start_fails", START_FAILS="1"),
         "b_fails": junit_report(tmp_path, "b_fails", B_FAILS="1"),
+        "b_again": junit_report(tmp_path, "b_again", "test_units.py::test_b"),
+        "b_fails_again": junit_report(
+            tmp_path, "b_fails_again", "test_units.py::test_b", B_FAILS="1"
+        ),
     }
 
 
@@ -168,3 +182,20 @@ def test_a_local_cluster_that_missed_rays_start_up_time_is_started_again_and_sai
     with pytest.raises(Exception, match="some other error"):
         ray_cluster.start_local_cluster(2, {})
     assert len(other.calls) == 1
+
+
+def test_a_changed_test_runs_again_and_only_a_change_that_repeats_fails(reports, capsys):
+    """``--changed`` names the changed tests as pytest ids (``scripts/test_nemo_rl.sh`` runs
+    them once more with ``install()``); ``--rerun`` takes their second outcomes and says so."""
+    checkout = str(Path(reports["b_fails"]).parent)
+    assert compare_outcomes.main(["--changed", reports["base"], reports["b_fails"], checkout]) == 0
+    assert capsys.readouterr().out == "test_units.py::test_b\n"
+    arguments = [reports["base"], reports["b_fails"]]
+    assert compare_outcomes.main([*arguments, f"--rerun={reports['b_again']}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("same outcomes with and without install() (3 passed")
+    assert "1 test(s) whose outcome differed on the first run ran again" in out
+    assert compare_outcomes.main([*arguments, f"--rerun={reports['b_fails_again']}"]) == 1
+    out = capsys.readouterr().out
+    assert "outcomes CHANGED by install() for 1 test(s), also when run once more" in out
+    assert "test_b: passed -> failure" in out

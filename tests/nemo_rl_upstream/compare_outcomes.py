@@ -10,6 +10,12 @@ with one and the same message (a start-up failure shared by the whole session, e
 dashboard timing out on a loaded machine, is not a change made by ``install()``):
 ``scripts/test_nemo_rl.sh`` then runs that session once more and says so.
 
+``--rerun=RERUN.xml`` takes the outcomes of the tests in RERUN (those whose outcome differed,
+run once more with ``install()``: ``python compare_outcomes.py --changed BASE WITH CHECKOUT``
+prints their pytest ids) over WITH's, and the line says they ran again: a test that failed
+once on a loaded machine (a 60 s join of spawned processes) is not a change made by
+``install()``, and one that changed for real changes again.
+
 ``python compare_outcomes.py --record REPORT.xml BASELINE.txt ARCHIVE_SHA256`` writes a
 baseline: NeMo-RL's outcomes for one snapshot, keyed by the snapshot archive's checksum, so that
 CI (``scripts/test_nemo_rl.sh``) runs NeMo-RL's tests once per snapshot instead of twice. A
@@ -86,17 +92,68 @@ def summary(results: dict[str, str]) -> str:
     return ", ".join(f"{counts[key]} {key}" for key in ("passed", "failure", "error", "skipped"))
 
 
-def compare(base_path: str, installed_path: str, excluded: list[str] = ()) -> int:
-    """Every test of ``base`` outside the ``excluded`` files must have the same outcome."""
+def changed_tests(base_path: str, installed_path: str, excluded: list[str] = ()) -> list[str]:
+    """The tests (JUnit names) outside the ``excluded`` files whose outcomes differ."""
+    base, installed = (_kept(outcomes(path), excluded) for path in (base_path, installed_path))
+    return sorted(
+        name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
+    )
 
-    def kept(results: dict[str, str]) -> dict[str, str]:
-        return {
-            name: outcome
-            for name, outcome in results.items()
-            if not any(in_file(name, path) for path in excluded)
-        }
 
-    base, installed = kept(outcomes(base_path)), kept(outcomes(installed_path))
+def _kept(results: dict[str, str], excluded: list[str]) -> dict[str, str]:
+    return {
+        name: outcome
+        for name, outcome in results.items()
+        if not any(in_file(name, path) for path in excluded)
+    }
+
+
+def node_id(name: str, checkout: str) -> str:
+    """pytest's id of JUnit test ``name`` (``tests.unit.x.test_a[.Class]::test[params]``),
+    the module found as a file under ``checkout``."""
+    dotted, test = name.split("::", 1)
+    parts = dotted.split(".")
+    for length in range(len(parts), 0, -1):
+        module = "/".join(parts[:length]) + ".py"
+        if (Path(checkout) / module).is_file():
+            return "::".join([module, *parts[length:], test])
+    raise ValueError(f"{name}: no module of it under {checkout}")
+
+
+def compare(
+    base_path: str, installed_path: str, excluded: list[str] = (), rerun_path: str | None = None
+) -> int:
+    """Every test of ``base`` outside the ``excluded`` files must have the same outcome. With
+    ``rerun_path`` (a report of the tests whose outcome changed, run once more with
+    ``install()``), their outcomes are those of the rerun, and the line says so."""
+    if rerun_path is not None:
+        first = changed_tests(base_path, installed_path, excluded)
+        again = outcomes(rerun_path)
+        installed = {**outcomes(installed_path), **again}
+        base = _kept(outcomes(base_path), excluded)
+        installed = _kept(installed, excluded)
+        changed = sorted(
+            name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
+        )
+        if changed:
+            print(
+                f"outcomes CHANGED by install() for {len(changed)} test(s), also when run once "
+                f"more ({summary(installed)}):"
+            )
+            for name in changed:
+                print(f"  {name}: {base.get(name, 'absent')} -> {installed.get(name, 'absent')}")
+            return 1
+        print(
+            f"same outcomes with and without install() ({summary(installed)}) once the "
+            f"{len(first)} test(s) whose outcome differed on the first run ran again: "
+            + "; ".join(f"{name} {base.get(name, 'absent')} on the rerun" for name in first)
+        )
+        return 0
+
+    base, installed = (
+        _kept(outcomes(base_path), excluded),
+        _kept(outcomes(installed_path), excluded),
+    )
     changed = sorted(
         name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
     )
@@ -144,8 +201,16 @@ def main(arguments: list[str]) -> int:
     if arguments[:1] == ["--checksum"]:
         print(baseline_checksum(arguments[1]) or "")
         return 0
+    if arguments[:1] == ["--changed"]:  # --changed BASE WITH CHECKOUT [--exclude=...]
+        excluded = [
+            item.split("=", 1)[1] for item in arguments[4:] if item.startswith("--exclude=")
+        ]
+        for name in changed_tests(arguments[1], arguments[2], excluded):
+            print(node_id(name, arguments[3]))
+        return 0
     excluded = [item.split("=", 1)[1] for item in arguments[2:] if item.startswith("--exclude=")]
-    return compare(arguments[0], arguments[1], excluded)
+    reruns = [item.split("=", 1)[1] for item in arguments[2:] if item.startswith("--rerun=")]
+    return compare(arguments[0], arguments[1], excluded, reruns[0] if reruns else None)
 
 
 if __name__ == "__main__":
