@@ -140,11 +140,7 @@ paths_under_tmp() {  # paths_under_tmp PATH...: those of PATH... that lie under 
 # the jobs need bound back (the host's /tmp is first bound to $host_tmp, outside /tmp, then
 # each path from there, then $host_tmp let go), HOSTS (if not empty) on /etc/hosts and HOSTNAME
 # (if not empty) set; then slurmd. bash stays the namespace's first process, reaping what jobs
-# orphan. slurmd runs at nice -10, and its jobs with it (Slurm's PropagatePrioProcess=0): a
-# job's `ray start` must see its raylet register within Ray's fixed 30 s, which the raylet's
-# dashboard agent (a Python process importing at start) missed every time for 13 minutes at
-# nice 0 beside both NeMo-RL sessions (node2 of the two-host v0.7.0 sequence, 14 tries, in the
-# fresh-clone CI of 57ccf22, 2026-11-29); Ray still lowers its workers' priority (worker_niceness).
+# orphan.
 # Arguments: NODE CONF HOST_TMP HOSTS HOSTNAME PATH...
 # shellcheck disable=SC2016 # expanded by the namespace's bash
 NODE_NAMESPACE_BODY='
@@ -158,7 +154,7 @@ NODE_NAMESPACE_BODY='
     umount -l "$host_tmp"
     if [[ -n "$hosts" ]]; then mount --bind "$hosts" /etc/hosts || exit 1; fi
     if [[ -n "$name" ]]; then hostname "$name" || exit 1; fi
-    nice -n -10 slurmd -D -N "$node" -f "$conf" &
+    slurmd -D -N "$node" -f "$conf" &
     wait'
 
 job_ids() { scontrol show jobs -o 2>/dev/null | grep -o '^JobId=[0-9]*' | cut -d= -f2 | sort -n; }
