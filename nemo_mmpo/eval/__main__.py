@@ -182,7 +182,7 @@ def synthetic(args: argparse.Namespace) -> None:
 
 def _grading_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--grade-timeout", type=float, default=5.0, help="CPU seconds per answer (default 5)"
+        "--grade-timeout", type=float, default=5.0, help="seconds per answer (default 5)"
     )
     parser.add_argument(
         "--max-answer-chars",

@@ -2,12 +2,8 @@
 
 Math-Verify's own timeouts use SIGALRM (main thread only) and cannot interrupt C-level
 sympy/bignum work, so an answer like ``9^{9^{9^9}}`` can hang a grader for ever. Here every
-answer runs in a worker process; the parent lets it spend at most ``timeout_seconds`` of CPU
-on it, then kills that worker, starts a fresh one, and counts the answer as a timeout
-(incorrect). CPU seconds, not the wall clock: on a loaded machine a worker waiting for a core
-is slow, not stuck, and its answer keeps its grade (a hung answer spins, and is caught as
-soon). Where the CPU time cannot be read (no ``/proc``), and for a worker that neither ends
-nor spends CPU, the wall clock decides, at ``WALL_FACTOR`` times the budget.
+answer runs in a worker process; the parent waits at most ``timeout_seconds`` for it, then
+kills that worker, starts a fresh one, and counts the answer as a timeout (incorrect).
 Nothing raised in a worker reaches the caller: errors are verdicts too.
 
 Scoring is NeMo-RL's math environment's (``HFVerifyWorker``): gold wrapped as
@@ -132,28 +128,11 @@ class _Worker:
     lifeline: Connection | None = None
     in_flight: deque = field(default_factory=deque)  # answers sent, oldest (running) first
     started: float = 0.0  # when the oldest in-flight answer started
-    started_cpu: float | None = None  # the worker's CPU seconds then (None: unknown)
     ready: bool = False
 
     def start_answer(self) -> None:
         """The oldest in-flight answer starts now: its budget counts from here."""
         self.started = time.monotonic()
-        self.started_cpu = cpu_seconds(self.process.pid)
-
-    def over_budget(self, budget: float, now: float) -> bool:
-        """Whether the oldest in-flight answer has spent ``budget`` CPU seconds (the wall
-        clock where they are unknown), or ``WALL_FACTOR`` times it of wall clock."""
-        wall = now - self.started
-        if wall >= budget * WALL_FACTOR:
-            return True
-        spent = cpu_seconds(self.process.pid)
-        if spent is None or self.started_cpu is None:
-            return wall >= budget
-        return spent - self.started_cpu >= budget
-
-
-#: a worker that neither answers nor spends CPU is stuck after this many budgets of wall clock
-WALL_FACTOR = 20
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -180,7 +159,7 @@ def default_workers() -> int:
 
 
 class VerifierPool:
-    """Grade many answers in parallel, each within a hard budget of CPU seconds.
+    """Grade many answers in parallel, each within a hard wall-clock budget.
 
     Workers start with ``spawn`` (a fresh interpreter), never ``fork``: the caller may already
     hold CUDA or vLLM threads, which a forked child would inherit broken. ``spawn`` also makes
@@ -195,9 +174,8 @@ class VerifierPool:
 
     Args:
         num_workers: processes (default :func:`default_workers`).
-        timeout_seconds: budget per answer in the worker's CPU seconds (CLI
-            ``--grade-timeout``; the module's docstring says when the wall clock decides);
-            past it the worker is killed and replaced.
+        timeout_seconds: budget per answer (CLI ``--grade-timeout``); past it the worker is
+            killed and replaced.
         max_chars: answers or golds longer than this are not parsed and count as
             ``too_long`` (CLI ``--max-answer-chars``). Default None: no limit, as NeMo-RL's
             math environment, so a grade here equals the training reward.
@@ -206,7 +184,7 @@ class VerifierPool:
 
     PIPELINE_DEPTH = 16
     DRAIN_INTERVAL = 0.01  # seconds between the parent's wake-ups while pipelines are full
-    POLL_S = 0.25  # seconds between readings of a busy worker's CPU time
+    POLL_S = 0.25  # seconds between readings of a starting worker's CPU time
     START_S = 120  # CPU seconds a starting worker may take to be ready
     START_WALL_S = 1800  # and wall-clock seconds (a start that spends no CPU is stuck)
     PIPELINE_MAX_BYTES = 16_000  # longer tasks are sent only to an idle worker (no pipe stall)
@@ -319,8 +297,7 @@ class VerifierPool:
             for position in range(len(self.workers)):
                 self._fill(position, pending, tasks)
             busy = {w.connection: p for p, w in enumerate(self.workers) if w.in_flight}
-            # woken at least every POLL_S: the budget is in CPU seconds, read as it goes
-            deadline = time.monotonic() + self.POLL_S
+            deadline = min(self.workers[p].started for p in busy.values()) + self.timeout_seconds
             if pending and all(len(w.in_flight) >= self.PIPELINE_DEPTH for w in self.workers):
                 # every worker has queued work: let verdicts accumulate, drain them together
                 time.sleep(max(0.0, min(self.DRAIN_INTERVAL, deadline - time.monotonic())))
@@ -338,7 +315,7 @@ class VerifierPool:
                     self.workers[position] = self._replace(worker)
             now = time.monotonic()
             for position, worker in enumerate(self.workers):
-                if worker.in_flight and worker.over_budget(self.timeout_seconds, now):
+                if worker.in_flight and now - worker.started >= self.timeout_seconds:
                     verdicts[worker.in_flight.popleft()] = Verdict(False, "timeout")
                     pending.extendleft(reversed(worker.in_flight))  # not started: retry
                     self.workers[position] = self._replace(worker)
