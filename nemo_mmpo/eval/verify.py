@@ -130,9 +130,8 @@ class _Worker:
     started: float = 0.0  # when the oldest in-flight answer started
     ready: bool = False
 
-    def start_answer(self) -> None:
-        """The oldest in-flight answer starts now: its budget counts from here."""
-        self.started = time.monotonic()
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -144,9 +143,6 @@ def cpu_seconds(pid: int) -> float | None:
         return None
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def default_workers() -> int:
@@ -308,7 +304,7 @@ class VerifierPool:
                     while worker.in_flight and connection.poll():
                         status, correct = connection.recv()
                         verdicts[worker.in_flight.popleft()] = Verdict(bool(correct), status)
-                        worker.start_answer()
+                        worker.started = time.monotonic()
                 except (EOFError, OSError):  # the worker died (e.g. out of memory)
                     verdicts[worker.in_flight.popleft()] = Verdict(False, "error")
                     pending.extendleft(reversed(worker.in_flight))
@@ -344,7 +340,7 @@ class VerifierPool:
                 self.workers[position] = self._replace(worker)
                 continue
             if not worker.in_flight:
-                worker.start_answer()
+                worker.started = time.monotonic()
             worker.in_flight.append(index)
 
     def close(self) -> None:
