@@ -38,14 +38,11 @@ def waits_for_a_core(root: int) -> dict[tuple[int, int], float]:
     """``{(pid, thread id): seconds it has waited on a run queue}`` for every thread of ``root``
     and of every process under it (Linux's ``/proc/PID/task/TID/schedstat``, second field);
     empty where the kernel does not say."""
-    parents: dict[int, int] = {}
-    for entry in os.scandir(PROC):
-        if entry.name.isdigit():
-            try:
-                text = (PROC / entry.name / "stat").read_text()
-            except OSError:  # it ended meanwhile
-                continue
-            parents[int(entry.name)] = int(text[text.rindex(")") + 2 :].split()[1])
+    from cpu_seconds import read_processes  # beside this file, on the tests' sys.path
+
+    children: dict[int, list[int]] = {}
+    for (pid, _), (parent, _) in read_processes().items():
+        children.setdefault(parent, []).append(pid)
     tree, seen = [root], {}
     while tree:
         pid = tree.pop()
@@ -59,7 +56,7 @@ def waits_for_a_core(root: int) -> dict[tuple[int, int], float]:
                 seen[(pid, int(thread))] = int(schedstat.split()[1]) / 1e9
             except (OSError, IndexError, ValueError):
                 continue
-        tree.extend(child for child, parent in parents.items() if parent == pid)
+        tree.extend(children.get(pid, []))
     return seen
 
 
