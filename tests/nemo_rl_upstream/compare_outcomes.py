@@ -94,7 +94,10 @@ def summary(results: dict[str, str]) -> str:
 
 def changed_tests(base_path: str, installed_path: str, excluded: list[str] = ()) -> list[str]:
     """The tests (JUnit names) outside the ``excluded`` files whose outcomes differ."""
-    base, installed = (_kept(outcomes(path), excluded) for path in (base_path, installed_path))
+    return _differing(*(_kept(outcomes(path), excluded) for path in (base_path, installed_path)))
+
+
+def _differing(base: dict[str, str], installed: dict[str, str]) -> list[str]:
     return sorted(
         name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
     )
@@ -126,15 +129,14 @@ def compare(
     """Every test of ``base`` outside the ``excluded`` files must have the same outcome. With
     ``rerun_path`` (a report of the tests whose outcome changed, run once more with
     ``install()``), their outcomes are those of the rerun, and the line says so."""
+    base = _kept(outcomes(base_path), excluded)
+    installed = outcomes(installed_path)
     if rerun_path is not None:
-        first = changed_tests(base_path, installed_path, excluded)
-        again = outcomes(rerun_path)
-        installed = {**outcomes(installed_path), **again}
-        base = _kept(outcomes(base_path), excluded)
-        installed = _kept(installed, excluded)
-        changed = sorted(
-            name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
-        )
+        first = _differing(base, _kept(installed, excluded))
+        installed = {**installed, **outcomes(rerun_path)}
+    installed = _kept(installed, excluded)
+    changed = _differing(base, installed)
+    if rerun_path is not None:
         if changed:
             print(
                 f"outcomes CHANGED by install() for {len(changed)} test(s), also when run once "
@@ -149,14 +151,6 @@ def compare(
             + "; ".join(f"{name} {base.get(name, 'absent')} on the rerun" for name in first)
         )
         return 0
-
-    base, installed = (
-        _kept(outcomes(base_path), excluded),
-        _kept(outcomes(installed_path), excluded),
-    )
-    changed = sorted(
-        name for name in base.keys() | installed.keys() if base.get(name) != installed.get(name)
-    )
     shared = shared_start_up_error(changed, error_messages(installed_path))
     if shared is not None:
         print(
