@@ -75,8 +75,38 @@ leftovers() {  # what teardown must have removed, one word each
     [[ -f "$WORK/run/munged.pid" ]] && echo "daemon:munged"
 }
 
+ray_said() {  # ray_said JOB: what the job's Ray said, for a failed check (printed, and kept in
+    # $WORK): the last lines of ray.sub's head, worker and driver logs, and the warnings and
+    # errors of each node's raylet and of the head's GCS, from the Ray logs ray.sub's log-sync
+    # sidecar copies into the job's log folder every RAY_LOG_SYNC_FREQUENCY seconds (the nodes'
+    # /tmp is private; ray.sub removes a failed attempt's session before the next)
+    local logs="$WORK/jobs/$1-logs" file
+    for file in "$logs"/ray-head.log "$logs"/ray-worker-*.log "$logs"/ray-driver.log; do
+        [[ -f $file ]] || continue
+        echo "slurm two hosts: job $1's ${file##*/}, its last lines:"
+        grep -v '^+' "$file" | grep -v '^\s*$' | tail -n 8 | sed 's/^/    /'
+    done
+    for file in "$logs"/ray/*/logs/raylet.out "$logs"/ray/*/*/logs/raylet.out "$logs"/ray/*/logs/gcs_server.out; do
+        [[ -f $file ]] || continue
+        echo "slurm two hosts: job $1's ${file#"$logs"/}, its warnings and errors:"
+        grep -E '^\[[^]]* [EWF] [0-9]+ [0-9]+\]' "$file" | tail -n 6 | cut -c1-400 | sed 's/^/    /'
+    done
+}
+
+copy_node_ray_logs() {  # each node's newest Ray session logs (its private /tmp) into $WORK
+    local name root
+    for name in node1 node2; do
+        [[ -f "$WORK/run/$name-namespace.pid" ]] || continue
+        root="/proc/$(node_init "$name")/root"
+        [[ -d "$root/tmp/ray/session_latest/logs" ]] || continue
+        mkdir -p "$WORK/node-logs/$name"
+        cp -rL "$root/tmp/ray/session_latest/logs" "$WORK/node-logs/$name/" 2>/dev/null
+    done
+}
+
 teardown() {
     trap - EXIT INT TERM
+    ((failures == 0)) || copy_node_ray_logs
     if [[ -n "${SLURM_CONF:-}" ]] && [[ -f "$SLURM_CONF" ]]; then
         timeout 10 scancel --quiet --user=root 2>/dev/null
     fi
@@ -215,7 +245,9 @@ namespace_pids() {  # namespace_pids NODE NAME: the PIDs of processes called NAM
 submit_multinode() {  # submit_multinode NEMO_RL RUN OVERRIDES...: mmpo_multinode.sh's output
     local nemo_rl="$1" run="$2" job_env
     shift 2
-    job_env="$(job_env_for "$nemo_rl") $WATCH"
+    # ray.sub's log-sync sidecar: each node's Ray logs, every attempt's, in the job's log folder
+    # (ray_said reads them when a check fails)
+    job_env="$(job_env_for "$nemo_rl") $WATCH RAY_LOG_SYNC_FREQUENCY=20"
     SBATCH_OUTPUT="$WORK/jobs/slurm-%j.out" \
     ACCOUNT=mmpo PARTITION=mmpo GPUS_PER_NODE=$GPUS TIME=00:15:00 \
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
@@ -270,6 +302,7 @@ run_snapshot() {  # run_snapshot NEMO_RL FAULT: the fault run, then its resubmis
     has_step_2() { [[ -d "$checkpoints/step_2" ]] || job_ended "$job"; }
     if ! wait_until 600 has_step_2 || [[ ! -d "$checkpoints/step_2" ]]; then
         check "$label: step_2 before the fault" 1 "job $job: $(job_state "$job"), no $checkpoints/step_2 after 600 s; $(tail -n 3 "$out" | tr '\n' ' ')"
+        ray_said "$job"
         return
     fi
     lost_at=$SECONDS
@@ -300,6 +333,7 @@ run_snapshot() {  # run_snapshot NEMO_RL FAULT: the fault run, then its resubmis
         return
     fi
     logs="$WORK/jobs/$job2-logs"
+    local failures_before=$failures
     # once the driver runs (ray.sub waits for every node first): ray status from inside the job,
     # then node2's raylet killed before the resumed run's first step (every step calls the
     # environment on node2: the run waits for ray.sub to restart the raylet)
@@ -332,6 +366,7 @@ run_snapshot() {  # run_snapshot NEMO_RL FAULT: the fault run, then its resubmis
     check "$label: node2's raylet killed, job COMPLETED" $? \
         "job $job2: $state, raylet pids [${raylets}] killed after steps [$steps_before_kill], worker restarts $rejoined; $(tail -n 3 "$WORK/jobs/slurm-$job2.out" | tr '\n' ' ')" \
         "job $job2 COMPLETED; ray.sub restarted node2's worker"
+    ((failures == failures_before)) || ray_said "$job2"
 }
 
 for snapshot_and_fault in "$@"; do
