@@ -52,6 +52,64 @@ stop_recorded() {  # stop_recorded NAME...: stop the processes whose PIDs are in
     done
 }
 
+# The Slurm suite's CPU group. Every Ray node a job starts runs Ray 2.55's raylet, which starts
+# three Python helpers (the dashboard agent, the runtime-env agent, the log monitor) and aborts
+# when the dashboard agent has not written its port within a fixed 15 s, which no setting
+# changes ("Check failed ... Timed out waiting for file .../dashboard_agent_listen_port_...").
+# The agent needs ~1.5 CPU-seconds; in CI its node shares 2 cores with both NeMo-RL sessions
+# and the 3.11 suite, and this machine's kernel shares CPU between sessions (autogroups: each
+# `setsid`, each Slurm job step, is one; a process's nice counts only inside its own), so a
+# starting node got less than that: node2 of the two-host sequence never joined (each of
+# ray.sub's tries aborted so) in the fresh-clone CIs of 57ccf22, 33a516c and 90cbd2d's landing,
+# while alone, or beside busy loops in one session, it joined at once. So the suite, and with
+# it its daemons and every process of its jobs, runs in a CPU cgroup of its own weighted
+# CPU_GROUP_WEIGHT times a session (SLURM_TEST_CPU_WEIGHT, default 4; 0: no group). While its
+# jobs compute, the rest of CI waits for them (the CPU they spend is the same). A setting of
+# this test machine, not of the launcher; where the cgroup cannot be made (no writable CPU
+# controller), the suite says so and runs as before.
+CPU_GROUP_WEIGHT="${SLURM_TEST_CPU_WEIGHT:-4}"
+CPU_GROUP_NAME=nemo-mmpo-slurm
+cpu_group_entered=0
+enter_cpu_group() {  # this shell (and what it starts from now on) into the suite's CPU group, said
+    # in one line; nothing if it is there already (the two-host mode run by scripts/test_slurm.sh)
+    local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup group="" why=""
+    grep -q "/$CPU_GROUP_NAME\$" "/proc/$$/cgroup" 2>/dev/null && return 0
+    if ! [[ $CPU_GROUP_WEIGHT =~ ^[0-9]+$ ]]; then
+        echo "slurm CPU group: SLURM_TEST_CPU_WEIGHT=$CPU_GROUP_WEIGHT is not a whole number: unset it (4) or give one (0: no group)"
+        exit 2
+    elif [[ $CPU_GROUP_WEIGHT == 0 ]]; then
+        why="SLURM_TEST_CPU_WEIGHT=0"
+    elif [[ -f $v1/cpu.shares ]]; then
+        group="$v1/$CPU_GROUP_NAME"
+        { mkdir -p "$group" && echo $((1024 * CPU_GROUP_WEIGHT)) >"$group/cpu.shares" &&
+            echo $$ >"$group/cgroup.procs"; } 2>/dev/null || why="cgroup v1 $group not writable"
+    elif [[ -f $v2/cgroup.controllers ]] && grep -qw cpu "$v2/cgroup.controllers"; then
+        group="$v2/$CPU_GROUP_NAME"
+        { grep -qw cpu "$v2/cgroup.subtree_control" || echo +cpu >"$v2/cgroup.subtree_control"; } 2>/dev/null
+        { mkdir -p "$group" && echo $((100 * CPU_GROUP_WEIGHT)) >"$group/cpu.weight" &&
+            echo $$ >"$group/cgroup.procs"; } 2>/dev/null || why="cgroup v2 $group not writable"
+    else
+        why="no CPU controller under /sys/fs/cgroup"
+    fi
+    if [[ -z $why ]]; then
+        cpu_group_entered=1
+        echo "slurm CPU group: ok ($group, $CPU_GROUP_WEIGHT times a session's weight)"
+    else
+        echo "slurm CPU group: none ($why): the jobs share the CPU as any process does"
+    fi
+}
+leave_cpu_group() {  # this shell back in the root group and the group removed, if this shell
+    # entered it (a group left by a killed run is empty, and the next run reuses it)
+    local group
+    [[ $cpu_group_entered == 1 ]] || return 0
+    for group in /sys/fs/cgroup/cpu/$CPU_GROUP_NAME /sys/fs/cgroup/$CPU_GROUP_NAME; do
+        [[ -d $group ]] || continue
+        echo $$ >"$(dirname "$group")/cgroup.procs" 2>/dev/null
+        rmdir "$group" 2>/dev/null
+    done
+    return 0
+}
+
 job_env_for() {  # job_env_for NEMO_RL: the jobs' JOB_ENV (slurm/submit_mmpo.sh) without a container
     # NeMo-RL's Python environment, its ray on PATH; ray.sub's logs and signal files under $WORK
     # (default: the repo). Ray's start-up limits raised and no hub ($NEMO_MMPO_TEST_MACHINE, from

@@ -30,6 +30,8 @@
 #   SLURM_TEST_PORT  slurmctld's port; slurmd uses the next one (default 6917)
 #   SLURM_TEST_SUBNET the two-host mode's private /24, its first three numbers (default 10.213.47)
 #   SLURM_TEST_SEED  the two-host runs' cpu_backend.seed (default 0)
+#   SLURM_TEST_CPU_WEIGHT  the suite's CPU cgroup weight, in sessions' (default 4; 0: no group;
+#                    scripts/slurm_test_lib.sh, enter_cpu_group, says why it is there)
 #   NEMO_MMPO_SLURM_TWO_HOSTS  the two-host sequences: all (default), v0.7.0 or main; under
 #                    CI=true one a commit (v0.7.0 on an even number of commits, main on an odd)
 set -uo pipefail
@@ -91,6 +93,8 @@ python="$(nemo_rl_python)"
 [[ -n "$python" ]] || skip_or_fail "no Python 3.13 found (NeMo-RL's); set NEMO_RL_PYTHON"
 nemo_rl_environment "$python" >/dev/null
 VENV="$NEMO_RL_VENV"
+
+enter_cpu_group  # the daemons and the jobs weighted above the rest of CI (scripts/slurm_test_lib.sh)
 
 # ------------------------------------------------------------------ teardown ---------------
 # Daemons are started here and stopped by their PIDs (recorded in $WORK/run), also those a
@@ -321,4 +325,5 @@ fi
 part_line "the Slurm suite, two hosts ($two_hosts_choice)" "$((SECONDS - two_hosts_started))" \
     "$([[ $two_hosts_code == 0 ]] && echo ok || echo FAILED)"
 echo "slurm suite: $failures failed, $((SECONDS - started)) s"
+leave_cpu_group
 [[ $failures -eq 0 ]]

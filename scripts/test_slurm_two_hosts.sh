@@ -89,24 +89,13 @@ ray_said() {  # ray_said JOB: what the job's Ray said, for a failed check (print
     for file in "$logs"/ray/*/logs/raylet.out "$logs"/ray/*/*/logs/raylet.out "$logs"/ray/*/logs/gcs_server.out; do
         [[ -f $file ]] || continue
         echo "slurm two hosts: job $1's ${file#"$logs"/}, its warnings and errors:"
-        grep -E '^\[[^]]* [EWF] [0-9]+ [0-9]+\]' "$file" | tail -n 6 | cut -c1-400 | sed 's/^/    /'
-    done
-}
-
-copy_node_ray_logs() {  # each node's newest Ray session logs (its private /tmp) into $WORK
-    local name root
-    for name in node1 node2; do
-        [[ -f "$WORK/run/$name-namespace.pid" ]] || continue
-        root="/proc/$(node_init "$name")/root"
-        [[ -d "$root/tmp/ray/session_latest/logs" ]] || continue
-        mkdir -p "$WORK/node-logs/$name"
-        cp -rL "$root/tmp/ray/session_latest/logs" "$WORK/node-logs/$name/" 2>/dev/null
+        grep -E '^\[[^]]* [CEWF] [0-9]+ [0-9]+\]' "$file" | tail -n 6 |
+            sed -E 's/An unexpected system state .* Check failed:/Check failed:/' | cut -c1-400 | sed 's/^/    /'
     done
 }
 
 teardown() {
     trap - EXIT INT TERM
-    ((failures == 0)) || copy_node_ray_logs
     if [[ -n "${SLURM_CONF:-}" ]] && [[ -f "$SLURM_CONF" ]]; then
         timeout 10 scancel --quiet --user=root 2>/dev/null
     fi
@@ -117,6 +106,7 @@ teardown() {
     left="$(leftovers | tr '\n' ' ')"
     check teardown "$([[ -z $left ]]; echo $?)" "left behind: $left" "no namespace, veth, bridge or daemon left"
     echo "slurm two hosts: $failures failed, $((SECONDS - started)) s"
+    leave_cpu_group
     if [[ $failures -eq 0 ]]; then
         rm -rf "$WORK"
         exit 0
@@ -137,8 +127,10 @@ if ip -4 addr show | grep -q "inet $SUBNET\." || ip -4 route show | grep -q "^$S
 fi
 rm -rf "$WORK"
 mkdir -p "$WORK"/{etc,run,log,spool/ctld,dev,munge,jobs,runs}
+enter_cpu_group  # (run alone; under scripts/test_slurm.sh it is in the group already)
 trap teardown EXIT
-trap 'exit 1' INT TERM
+# stopped from outside (a signal): a failure, its logs kept (it exited 0 with "0 failed" before)
+trap 'check interrupted 1 "stopped by a signal before its checks ended"; exit 1' INT TERM
 
 network_started=$SECONDS
 {

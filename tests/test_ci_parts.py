@@ -199,3 +199,58 @@ def test_a_changed_test_runs_again_and_only_a_change_that_repeats_fails(reports,
     out = capsys.readouterr().out
     assert "outcomes CHANGED by install() for 1 test(s), also when run once more" in out
     assert "test_b: passed -> failure" in out
+
+
+def slurm_cpu_group(script: str, **environment: str) -> subprocess.CompletedProcess:
+    """``script`` run by bash after ``scripts/slurm_test_lib.sh`` (its ``enter_cpu_group`` and
+    ``leave_cpu_group``), with ``environment`` added."""
+    import os
+
+    return subprocess.run(
+        ["bash", "-c", f"source {ROOT / 'scripts' / 'slurm_test_lib.sh'}; {script}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NEMO_MMPO_PARTS": "", **environment},
+        timeout=60,
+    )
+
+
+def test_the_slurm_suites_cpu_group_is_entered_weighted_and_left_or_its_absence_said():
+    """The Slurm suite's CPU cgroup (Ray's raylet aborts when its agent misses a fixed 15 s on
+    a busy machine): its shell moves in with the weight asked for and back out, the group gone;
+    where this machine cannot make one (not root, no writable CPU controller) one line says
+    why; ``SLURM_TEST_CPU_WEIGHT=0`` asks for none, and a weight that is not a number is
+    refused in one line naming it."""
+    inside = slurm_cpu_group(
+        "enter_cpu_group; grep -E ':cpu(,[a-z]*)?:|^0::' /proc/$$/cgroup; "
+        "cat /sys/fs/cgroup/cpu/nemo-mmpo-slurm/cpu.shares "
+        "/sys/fs/cgroup/nemo-mmpo-slurm/cpu.weight 2>/dev/null; leave_cpu_group; "
+        "ls -d /sys/fs/cgroup/cpu/nemo-mmpo-slurm /sys/fs/cgroup/nemo-mmpo-slurm 2>/dev/null; "
+        "grep -c nemo-mmpo-slurm /proc/$$/cgroup; true",
+        SLURM_TEST_CPU_WEIGHT="3",
+    )
+    assert inside.returncode == 0, inside.stderr
+    said, *rest = inside.stdout.splitlines()
+    if said.startswith("slurm CPU group: ok"):
+        assert "3 times a session's weight" in said
+        assert any(line.endswith("/nemo-mmpo-slurm") for line in rest)  # moved in
+        assert str(3 * 1024) in rest or str(3 * 100) in rest  # v1 shares, or v2 weight
+        assert rest[-1] == "0"  # back out, and no folder listed: the group is gone
+        assert not any(line.startswith("/sys/fs/cgroup") for line in rest)
+    else:
+        assert said.startswith("slurm CPU group: none (") and "share the CPU" in said
+
+    none = slurm_cpu_group(
+        "enter_cpu_group; grep -c nemo-mmpo-slurm /proc/$$/cgroup", SLURM_TEST_CPU_WEIGHT="0"
+    )
+    assert none.stdout.splitlines() == [
+        "slurm CPU group: none (SLURM_TEST_CPU_WEIGHT=0): the jobs share the CPU as any "
+        "process does",
+        "0",
+    ]
+    refused = slurm_cpu_group("enter_cpu_group; echo went on", SLURM_TEST_CPU_WEIGHT="lots")
+    assert refused.returncode == 2
+    assert refused.stdout.strip() == (
+        "slurm CPU group: SLURM_TEST_CPU_WEIGHT=lots is not a whole number: unset it (4) or "
+        "give one (0: no group)"
+    )
