@@ -28,19 +28,40 @@ NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 R
 #: their 60 s for two spawned gloo processes; docs/testing.md, "CI")
 NEMO_MMPO_TEST_MACHINE="$NEMO_MMPO_RAY_PATIENCE HF_HUB_OFFLINE=1"
 
-part_line() {  # part_line NAME SECONDS OUTCOME: one part, e.g. "the Slurm suite, one host" 412 ok
+part_line() {  # part_line NAME SECONDS OUTCOME [CPU_SECONDS]: one part, e.g. "the Slurm suite,
+    # one host" 412 ok 380
     [[ -n "${NEMO_MMPO_PARTS:-}" ]] || return 0
-    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$NEMO_MMPO_PARTS"
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:--}" >>"$NEMO_MMPO_PARTS"
 }
 
-parts_table() {  # parts_table FILE TOTAL_SECONDS: the table of FILE's parts, then the total
-    local name seconds outcome
-    printf '\n%-58s %8s  %s\n' "part" "seconds" "outcome"
-    printf '%-58s %8s  %s\n' "----" "-------" "-------"
+parts_table() {  # parts_table FILE TOTAL_SECONDS OUTCOME [CPU_SECONDS]: the table of FILE's
+    # parts, then the whole run
+    local name seconds outcome cpu
+    printf '\n%-58s %8s %8s  %s\n' "part" "seconds" "CPU-s" "outcome"
+    printf '%-58s %8s %8s  %s\n' "----" "-------" "-----" "-------"
     if [[ -s "$1" ]]; then
-        while IFS=$'\t' read -r name seconds outcome; do
-            printf '%-58s %8s  %s\n' "$name" "$seconds" "$outcome"
+        while IFS=$'\t' read -r name seconds outcome cpu; do
+            printf '%-58s %8s %8s  %s\n' "$name" "$seconds" "${cpu:--}" "$outcome"
         done <"$1"
     fi
-    printf '%-58s %8s  %s\n' "the whole run (wall clock)" "$2" "$3"
+    printf '%-58s %8s %8s  %s\n' "the whole run (wall clock)" "$2" "${4:--}" "$3"
+}
+
+# Each part's CPU-seconds: the CPU time of every process it starts, Ray's daemons and workers
+# included (a parent's rusage misses what it does not wait for), from a cpuacct cgroup per part
+# under NEMO_MMPO_CPU_GROUPS (made by scripts/test.sh where this machine lets it: root, cgroup
+# v1's cpuacct; else unset, and the column says "-"). On 2 cores CI's wall time is at best the
+# CPU its parts spend, halved (docs/testing.md, "What CI costs"): the column says which parts.
+# A group only counts; where cpu and cpuacct share one hierarchy its processes are also
+# scheduled as one group, as this kernel's autogroups already group each session.
+part_cpu_begin() {  # part_cpu_begin KEY: this shell, and what it starts from now on, counted
+    # under KEY (nested keys a/b: a counts b's too)
+    [[ -n "${NEMO_MMPO_CPU_GROUPS:-}" ]] || return 0
+    { mkdir -p "$NEMO_MMPO_CPU_GROUPS/$1" && echo "$BASHPID" >"$NEMO_MMPO_CPU_GROUPS/$1/cgroup.procs"; } 2>/dev/null
+    return 0
+}
+part_cpu_seconds() {  # part_cpu_seconds KEY: the CPU-seconds counted under KEY so far, or -
+    local usage
+    usage="$(cat "${NEMO_MMPO_CPU_GROUPS:-/nonexistent}/$1/cpuacct.usage" 2>/dev/null)"
+    if [[ $usage =~ ^[0-9]+$ ]]; then echo $((usage / 1000000000)); else echo -; fi
 }

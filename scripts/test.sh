@@ -24,21 +24,40 @@ cd "$(dirname "$0")/.."
 source scripts/parts.sh
 NEMO_MMPO_PARTS="$(mktemp)"
 export NEMO_MMPO_PARTS
+# each part's CPU-seconds in the table (scripts/parts.sh, part_cpu_begin): cpuacct groups under
+# one folder of this run's, where this machine lets us make them
+NEMO_MMPO_CPU_GROUPS=""
+cpuacct=/sys/fs/cgroup/cpuacct
+if [[ $EUID == 0 && -f $cpuacct/cpuacct.usage ]]; then  # (a killed run's empty groups removed)
+    find "$cpuacct" -mindepth 1 -maxdepth 1 -name 'nemo-mmpo-ci-*' -exec find {} -depth -type d -empty -delete \; 2>/dev/null || true
+fi
+if [[ $EUID == 0 && -f $cpuacct/cpuacct.usage ]] && mkdir -p "$cpuacct/nemo-mmpo-ci-$$" 2>/dev/null; then
+    NEMO_MMPO_CPU_GROUPS="$cpuacct/nemo-mmpo-ci-$$"
+fi
+export NEMO_MMPO_CPU_GROUPS
+part_cpu_begin test.sh  # the 3.11 environment, lint and the docs
 logs="$(mktemp -d)"  # the background parts' output, printed when they are done
 background=()         # process groups stopped with the run
 finish() {
     local code=$?
     for group in "${background[@]}"; do kill -- "-$group" 2>/dev/null || true; done
-    parts_table "$NEMO_MMPO_PARTS" "$SECONDS" "$([[ $code == 0 ]] && echo ok || echo "FAILED (exit $code)")"
+    parts_table "$NEMO_MMPO_PARTS" "$SECONDS" "$([[ $code == 0 ]] && echo ok || echo "FAILED (exit $code)")" \
+        "$(part_cpu_seconds .)"
     rm -rf "$NEMO_MMPO_PARTS" "$logs"
+    if [[ -n $NEMO_MMPO_CPU_GROUPS ]]; then  # this shell out, the groups gone where empty
+        echo $$ >"$cpuacct/cgroup.procs" 2>/dev/null || true
+        find "$NEMO_MMPO_CPU_GROUPS" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    fi
 }
 trap finish EXIT
 in_background() {  # in_background VAR LOG COMMAND...: COMMAND, its output in LOG.log, in a
     # process group of its own (setsid: stopped, or given a lower priority, whole), whose id
-    # (its first process's, which `wait` waits for) goes into VAR and the groups to stop
+    # (its first process's, which `wait` waits for) goes into VAR and the groups to stop; its
+    # CPU counted under LOG's name (part_cpu_seconds NAME)
     local into="$1" log="$2"
     shift 2
-    setsid "$@" >"$log.log" 2>&1 </dev/null &
+    setsid bash -c 'source scripts/parts.sh && part_cpu_begin "$0" && exec "$@"' "${log##*/}" "$@" \
+        >"$log.log" 2>&1 </dev/null &
     printf -v "$into" '%s' "$!"
     background+=("$!")
 }
@@ -69,6 +88,7 @@ in_background preparing "$logs/preparing" bash -c '
     rm -rf "$warm_starts"
     if [[ -n "$python" ]]; then
         (
+            part_cpu_begin warm_start
             started=$SECONDS code=0
             NEMO_RL_PATH="${NEMO_RL_PATH:-$(nemo_rl_unpack "$(nemo_rl_snapshot_refs | sort | tail -n 1)")}" \
             OMP_NUM_THREADS=1 PYTHONPATH="$PWD" "$NEMO_RL_VENV/bin/python" -m nemo_mmpo.cpu warm-start \
@@ -84,7 +104,7 @@ in_background preparing "$logs/preparing" bash -c '
         [[ -z "$python" || -z "$version" || ! -f "scripts/vllm_cpu_requirements-$version.txt" ]] ||
             nemo_rl_vllm_environment "$version" >/dev/null
     done
-    part_line "NeMo-RL'"'"'s environments (beside the 3.11 suite)" "$SECONDS" ok
+    part_line "NeMo-RL'"'"'s environments (beside the 3.11 suite)" "$SECONDS" ok "$(part_cpu_seconds preparing)"
 '
 
 VENV="${VENV:-.venv}"
@@ -97,14 +117,16 @@ fi
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. an --index-url
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
 "$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf,launch,docs]"
-part_line "the 3.11 environment" "$SECONDS" ok
-part_started=$SECONDS
+part_line "the 3.11 environment" "$SECONDS" ok "$(part_cpu_seconds test.sh)"
+part_started=$SECONDS part_cpu_started="$(part_cpu_seconds test.sh)"
 "$VENV/bin/ruff" check . || { part_line "lint (ruff check)" "$((SECONDS - part_started))" FAILED; exit 1; }
 "$VENV/bin/ruff" format --check . || { part_line "lint (ruff format)" "$((SECONDS - part_started))" FAILED; exit 1; }
 # The docs (docs/, MyST + autodoc): every warning is an error, a broken link or reference too.
 "$VENV/bin/python" -m sphinx -W --keep-going -n -q -b html docs docs/_build/html ||
     { part_line "the docs (Sphinx -W)" "$((SECONDS - part_started))" FAILED; exit 1; }
-part_line "lint and the docs" "$((SECONDS - part_started))" ok
+part_cpu="$(part_cpu_seconds test.sh)"
+[[ $part_cpu == - ]] || part_cpu=$((part_cpu - part_cpu_started))
+part_line "lint and the docs" "$((SECONDS - part_started))" ok "$part_cpu"
 
 # The 3.11 suite on NEMO_MMPO_TEST_WORKERS processes (pytest-xdist; default 2, the CPUs CI has;
 # 0: in one process), ahead of any extra pytest arguments, which can override it (-n 0). It
@@ -158,13 +180,14 @@ if [[ -f "$logs/warm_start.log" ]]; then  # the sessions' warm start: done by no
     echo "test.sh: the NeMo-RL sessions' warm start: $(tail -n 1 "$logs/warm_start.log" 2>/dev/null)"
     [[ $warm_code == 0 ]] || { cat "$logs/warm_start.log"; status=1; }
     part_line "the NeMo-RL sessions' warm start (beside them)" "$warm_seconds" \
-        "$([[ $warm_code == 0 ]] && echo ok || echo "FAILED (exit $warm_code)")"
+        "$([[ $warm_code == 0 ]] && echo ok || echo "FAILED (exit $warm_code)")" "$(part_cpu_seconds warm_start)"
 fi
 wait "$suite_group" || true
 echo "test.sh: the 3.11 suite waited for at $SECONDS s"
 cat "$logs/suite.log"
 read -r suite_seconds suite_code <"$SUITE_DONE" || { suite_seconds="?"; suite_code=1; }
 part_line "the 3.11 suite (${NEMO_MMPO_TEST_WORKERS:-2} workers, nice 19 beside NeMo-RL's)" \
-    "$suite_seconds" "$([[ $suite_code == 0 ]] && echo ok || echo "FAILED (pytest exit $suite_code)")"
+    "$suite_seconds" "$([[ $suite_code == 0 ]] && echo ok || echo "FAILED (pytest exit $suite_code)")" \
+    "$(part_cpu_seconds suite)"
 [[ $suite_code == 0 ]] || status=1
 exit $status

@@ -30,6 +30,7 @@ ROOT="$PWD"
 source scripts/nemo_rl_env.sh
 # shellcheck source=scripts/parts.sh
 source scripts/parts.sh
+part_cpu_begin nemo-rl  # its sessions count under nemo-rl/<log name> (timed_session)
 VENV="$NEMO_RL_VENV"
 UNPACKED=".nemo-rl"
 IN_CI="${CI:-false}"
@@ -106,11 +107,14 @@ declare -A nemo_rl_of=() log_of=() pid_of=() code_of=() python_of=() engines_of=
 declare -A long_modules_of=()
 long_pids=()
 timed_session() {  # timed_session LOG COMMAND...: COMMAND's output in LOG, its seconds in
-    # LOG.seconds and its exit status in LOG.code
-    local log="$1" started=$SECONDS code=0
+    # LOG.seconds, its CPU-seconds in LOG.cpu (scripts/parts.sh: "-" where not counted) and its
+    # exit status in LOG.code
+    local log="$1" started=$SECONDS code=0 key
     shift
-    "$@" >"$log" 2>&1 || code=$?
+    key="nemo-rl/$(basename "$log" .log)"
+    (part_cpu_begin "$key" && exec "$@") >"$log" 2>&1 || code=$?
     echo "$((SECONDS - started))" >"$log.seconds"
+    part_cpu_seconds "$key" >"$log.cpu"
     echo "$code" >"$log.code"
     return $code
 }
@@ -236,7 +240,7 @@ run_unit_tests() {  # run_unit_tests REF CHECKOUT with|without|rerun [TEST_ID...
     [[ $mode == without ]] || plugin=(-p nemo_mmpo_installed)
     [[ $mode != rerun ]] || tests=("$@")
     set +e
-    (cd "$nemo_rl" && PYTHONPATH="$nemo_rl:$ROOT:$ROOT/tests/nemo_rl_upstream" \
+    (part_cpu_begin "nemo-rl/unit-$ref" && cd "$nemo_rl" && PYTHONPATH="$nemo_rl:$ROOT:$ROOT/tests/nemo_rl_upstream" \
         env $NEMO_MMPO_RAY_PATIENCE "${own_pid_namespace[@]}" "$VENV/bin/python" -m pytest "${tests[@]}" -q -p no:cacheprovider \
         --maxfail=1000000 -W ignore "${plugin[@]}" "${deselect[@]}" --junitxml="$ROOT/$logs/unit-$ref-$mode.xml" \
         >"$ROOT/$logs/unit-$ref-$mode.log" 2>&1)
@@ -302,7 +306,8 @@ run_nemo_rls_unit_tests() {
             fi
             [[ $code == 0 ]] || status=1
             unit_lines+=("nemo-rl $ref unit tests: $line")
-            part_line "NeMo-RL's unit tests, $ref" "$((SECONDS - started))" "$([[ $code == 0 ]] && echo ok || echo FAILED)"
+            part_line "NeMo-RL's unit tests, $ref" "$((SECONDS - started))" "$([[ $code == 0 ]] && echo ok || echo FAILED)" \
+                "$(part_cpu_seconds "nemo-rl/unit-$ref")"
         fi
     done
 }
@@ -334,7 +339,7 @@ for ref in "${resolved[@]}"; do
     fi
     echo "nemo-rl $ref: ${summary:-no pytest summary (exit $code), see $log}"
     part_line "our tests on NeMo-RL $ref (Python 3.13)" "$(cat "$log.seconds" 2>/dev/null || echo "?")" \
-        "$([[ $code == 0 ]] && echo "ok: $summary" || echo "FAILED: ${summary:-exit $code}")"
+        "$([[ $code == 0 ]] && echo "ok: $summary" || echo "FAILED: ${summary:-exit $code}")" "$(cat "$log.cpu" 2>/dev/null)"
     grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true  # Megatron layouts' differences; the worker's runs; the watcher on its checkpoints
 done
 
@@ -354,7 +359,8 @@ for ref in "${resolved[@]}"; do
         status=1
     fi
     echo "nemo-rl $ref long runs (${modules% }): ${summary:-no pytest summary (exit $code), see $log}"
-    part_line "the long runs on NeMo-RL $ref (Python 3.13)" "$(cat "$log.seconds" 2>/dev/null || echo "?")" "$outcome"
+    part_line "the long runs on NeMo-RL $ref (Python 3.13)" "$(cat "$log.seconds" 2>/dev/null || echo "?")" "$outcome" \
+        "$(cat "$log.cpu" 2>/dev/null)"
     grep -E '^(parallel-loss|megatron-worker|megatron-watch) ' "$log" || true
 done
 

@@ -285,7 +285,7 @@ fi
 
 echo "slurm one host: $failures failed, $((SECONDS - started)) s"
 part_line "the Slurm suite, one host" "$((SECONDS - started))" \
-    "$([[ $failures == 0 ]] && echo ok || echo "FAILED: $failures check(s)")"
+    "$([[ $failures == 0 ]] && echo ok || echo "FAILED: $failures check(s)")" "$(part_cpu_seconds slurm)"
 two_hosts_started=$SECONDS
 trap - EXIT
 teardown  # this cluster gone before the next starts
@@ -319,11 +319,12 @@ if [[ ${#two_hosts[@]} == 0 ]]; then
     echo "slurm two hosts: no NeMo-RL main snapshot in $NEMO_RL_SNAPSHOTS for NEMO_MMPO_SLURM_TWO_HOSTS=main"
     two_hosts_code=1
 else
-    bash scripts/test_slurm_two_hosts.sh "$VENV" "${two_hosts[@]}" || two_hosts_code=$?
+    (part_cpu_begin slurm/two_hosts && exec bash scripts/test_slurm_two_hosts.sh "$VENV" "${two_hosts[@]}") ||
+        two_hosts_code=$?
 fi
 [[ $two_hosts_code == 0 ]] || failures=$((failures + 1))
 part_line "the Slurm suite, two hosts ($two_hosts_choice)" "$((SECONDS - two_hosts_started))" \
-    "$([[ $two_hosts_code == 0 ]] && echo ok || echo FAILED)"
+    "$([[ $two_hosts_code == 0 ]] && echo ok || echo FAILED)" "$(part_cpu_seconds slurm/two_hosts)"
 echo "slurm suite: $failures failed, $((SECONDS - started)) s"
 leave_cpu_group
 [[ $failures -eq 0 ]]

@@ -124,17 +124,17 @@ def test_the_parts_table_lists_each_part_then_the_whole_run(tmp_path):
     script = f"""
         source {ROOT / "scripts" / "parts.sh"}
         NEMO_MMPO_PARTS={parts}
-        part_line "the 3.11 suite (2 workers)" 412 ok
+        part_line "the 3.11 suite (2 workers)" 412 ok 801
         part_line "our tests on NeMo-RL main (Python 3.13)" 1290 "FAILED: 1 failed, 250 passed"
-        parts_table {parts} 1800 "FAILED (exit 1)"
+        parts_table {parts} 1800 "FAILED (exit 1)" 3400
     """
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     lines = out.strip().splitlines()
-    assert lines[0].split() == ["part", "seconds", "outcome"]
-    assert lines[2].split() == ["the", "3.11", "suite", "(2", "workers)", "412", "ok"]
-    assert "1290  FAILED: 1 failed, 250 passed" in lines[3]
+    assert lines[0].split() == ["part", "seconds", "CPU-s", "outcome"]
+    assert lines[2].split() == ["the", "3.11", "suite", "(2", "workers)", "412", "801", "ok"]
+    assert "1290        -  FAILED: 1 failed, 250 passed" in lines[3]  # no CPU-seconds given
     assert lines[-1].startswith("the whole run (wall clock)")
-    assert lines[-1].endswith("1800  FAILED (exit 1)")
+    assert lines[-1].endswith("1800     3400  FAILED (exit 1)")
     # without NEMO_MMPO_PARTS nothing is written anywhere
     quiet = f"source {ROOT / 'scripts' / 'parts.sh'}; unset NEMO_MMPO_PARTS; part_line a 1 ok"
     assert subprocess.run(["bash", "-c", quiet], capture_output=True, text=True).stdout == ""
@@ -254,3 +254,47 @@ def test_the_slurm_suites_cpu_group_is_entered_weighted_and_left_or_its_absence_
         "slurm CPU group: SLURM_TEST_CPU_WEIGHT=lots is not a whole number: unset it (4) or "
         "give one (0: no group)"
     )
+
+
+def test_a_parts_cpu_seconds_count_what_it_starts_or_say_they_are_not_counted(tmp_path):
+    """``part_cpu_begin KEY`` puts the shell, and what it starts, in a cpuacct group under
+    ``NEMO_MMPO_CPU_GROUPS`` (scripts/test.sh makes one where it can: root, cgroup v1);
+    ``part_cpu_seconds KEY`` reads the CPU-seconds it counted, a nested key's too, or "-"
+    where nothing is counted."""
+    import os
+
+    parts = ROOT / "scripts" / "parts.sh"
+    spin = "import time; end = time.process_time() + 1.2\nwhile time.process_time() < end: pass"
+    burn = f"{sys.executable} -c '{spin}'"  # 1.2 CPU-seconds
+    uncounted = subprocess.run(
+        ["bash", "-c", f"source {parts}; part_cpu_begin a; {burn}; part_cpu_seconds a"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NEMO_MMPO_CPU_GROUPS": ""},
+        timeout=60,
+    )
+    assert uncounted.stdout.strip() == "-"
+    cpuacct = Path("/sys/fs/cgroup/cpuacct")
+    if os.geteuid() != 0 or not (cpuacct / "cpuacct.usage").is_file():
+        pytest.skip("no cgroup v1 cpuacct to write here (root only): the column says -")
+    groups = cpuacct / f"nemo-mmpo-test-{os.getpid()}"
+    script = f"""
+        source {parts}
+        (part_cpu_begin outer && {burn} && (part_cpu_begin outer/inner && exec {burn}))
+        echo "$(part_cpu_seconds outer) $(part_cpu_seconds outer/inner) $(part_cpu_seconds none)"
+    """
+    try:
+        counted = subprocess.run(
+            ["bash", "-c", script],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "NEMO_MMPO_CPU_GROUPS": str(groups)},
+            timeout=120,
+        )
+        outer, inner, none = counted.stdout.split()
+        assert int(outer) >= 2 and int(inner) >= 1  # whole seconds: 2.4 and 1.2 burnt, at least
+        assert none == "-"
+    finally:
+        for folder in [*sorted(groups.rglob("*"), reverse=True), groups]:
+            if folder.is_dir():
+                folder.rmdir()
