@@ -28,9 +28,11 @@ export NEMO_MMPO_PARTS
 # one folder of this run's, where this machine lets us make them
 NEMO_MMPO_CPU_GROUPS=""
 cpuacct=/sys/fs/cgroup/cpuacct
-if [[ $EUID == 0 && -f $cpuacct/cpuacct.usage ]]; then  # (a killed run's empty groups removed)
-    find "$cpuacct" -mindepth 1 -maxdepth 1 -name 'nemo-mmpo-ci-*' -exec find {} -depth -type d -empty -delete \; 2>/dev/null || true
-fi
+for stale in "$cpuacct"/nemo-mmpo-ci-*; do  # a killed run's groups (its test.sh gone), empty ones
+    [[ $EUID == 0 && -d $stale ]] || continue
+    ! kill -0 "${stale##*-}" 2>/dev/null || continue
+    find "$stale" -depth -type d -exec rmdir {} + 2>/dev/null || true
+done
 if [[ $EUID == 0 && -f $cpuacct/cpuacct.usage ]] && mkdir -p "$cpuacct/nemo-mmpo-ci-$$" 2>/dev/null; then
     NEMO_MMPO_CPU_GROUPS="$cpuacct/nemo-mmpo-ci-$$"
 fi
