@@ -93,7 +93,11 @@ enter_cpu_group() {  # this shell (and what it starts from now on) into the suit
     fi
     if [[ -z $why ]]; then
         cpu_group_entered=1
-        echo "slurm CPU group: ok ($group, $CPU_GROUP_WEIGHT times a session's weight)"
+        local shared=""
+        [[ -z ${NEMO_MMPO_CPU_GROUPS:-} || $group != "$v1/"* ||
+            "$(realpath "$v1")" != "$(realpath /sys/fs/cgroup/cpuacct 2>/dev/null)" ]] ||
+            shared="; cpu and cpuacct share one hierarchy here, so CI's table does not count it"
+        echo "slurm CPU group: ok ($group, $CPU_GROUP_WEIGHT times a session's weight$shared)"
     else
         echo "slurm CPU group: none ($why): the jobs share the CPU as any process does"
     fi
