@@ -38,6 +38,9 @@ if [[ $EUID == 0 && -f $cpuacct/cpuacct.usage ]] && mkdir -p "$cpuacct/nemo-mmpo
 fi
 export NEMO_MMPO_CPU_GROUPS
 part_cpu_begin test.sh  # the 3.11 environment, lint and the docs
+# the machine, first in the table: the same CI took 1629 s on a 2-core Intel Xeon and ~3000 s on
+# a 2-core AMD EPYC (docs/testing.md, "CI")
+part_line "the machine" - "$(nproc) cores: $(grep -m 1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')"
 logs="$(mktemp -d)"  # the background parts' output, printed when they are done
 background=()         # process groups stopped with the run
 finish() {
