@@ -69,7 +69,7 @@ stop_recorded() {  # stop_recorded NAME...: stop the processes whose PIDs are in
 # controller), the suite says so and runs as before.
 CPU_GROUP_WEIGHT="${SLURM_TEST_CPU_WEIGHT:-4}"
 CPU_GROUP_NAME=nemo-mmpo-slurm
-cpu_group_entered=0
+cpu_group=""  # the group this shell entered (leave_cpu_group leaves it)
 enter_cpu_group() {  # this shell (and what it starts from now on) into the suite's CPU group, said
     # in one line; nothing if it is there already (the two-host mode run by scripts/test_slurm.sh)
     local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup group="" why=""
@@ -92,7 +92,7 @@ enter_cpu_group() {  # this shell (and what it starts from now on) into the suit
         why="no CPU controller under /sys/fs/cgroup"
     fi
     if [[ -z $why ]]; then
-        cpu_group_entered=1
+        cpu_group="$group"
         local shared=""
         [[ -z ${NEMO_MMPO_CPU_GROUPS:-} || $group != "$v1/"* ||
             "$(realpath "$v1")" != "$(realpath /sys/fs/cgroup/cpuacct 2>/dev/null)" ]] ||
@@ -104,13 +104,10 @@ enter_cpu_group() {  # this shell (and what it starts from now on) into the suit
 }
 leave_cpu_group() {  # this shell back in the root group and the group removed, if this shell
     # entered it (a group left by a killed run is empty, and the next run reuses it)
-    local group
-    [[ $cpu_group_entered == 1 ]] || return 0
-    for group in /sys/fs/cgroup/cpu/$CPU_GROUP_NAME /sys/fs/cgroup/$CPU_GROUP_NAME; do
-        [[ -d $group ]] || continue
-        echo $$ >"$(dirname "$group")/cgroup.procs" 2>/dev/null
-        rmdir "$group" 2>/dev/null
-    done
+    [[ -n $cpu_group ]] || return 0
+    echo $$ >"$(dirname "$cpu_group")/cgroup.procs" 2>/dev/null
+    rmdir "$cpu_group" 2>/dev/null
+    cpu_group=""
     return 0
 }
 

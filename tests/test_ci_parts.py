@@ -10,6 +10,7 @@ stays a change (exit 1). The JUnit reports here are written by pytest itself.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -204,8 +205,6 @@ def test_a_changed_test_runs_again_and_only_a_change_that_repeats_fails(reports,
 def slurm_cpu_group(script: str, **environment: str) -> subprocess.CompletedProcess:
     """``script`` run by bash after ``scripts/slurm_test_lib.sh`` (its ``enter_cpu_group`` and
     ``leave_cpu_group``), with ``environment`` added."""
-    import os
-
     return subprocess.run(
         ["bash", "-c", f"source {ROOT / 'scripts' / 'slurm_test_lib.sh'}; {script}"],
         capture_output=True,
@@ -261,8 +260,6 @@ def test_a_parts_cpu_seconds_count_what_it_starts_or_say_they_are_not_counted(tm
     ``NEMO_MMPO_CPU_GROUPS`` (scripts/test.sh makes one where it can: root, cgroup v1);
     ``part_cpu_seconds KEY`` reads the CPU-seconds it counted, a nested key's too, or "-"
     where nothing is counted."""
-    import os
-
     parts = ROOT / "scripts" / "parts.sh"
     spin = "import time; end = time.process_time() + 1.2\nwhile time.process_time() < end: pass"
     burn = f"{sys.executable} -c '{spin}'"  # 1.2 CPU-seconds
