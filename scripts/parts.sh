@@ -17,16 +17,32 @@
 #: ray.sub's next try; the Slurm suite's jobs get the CPU instead: scripts/slurm_test_lib.sh,
 #: enter_cpu_group)
 NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 RAY_DASHBOARD_STARTUP_TIMEOUT_S=300 RAY_worker_register_timeout_seconds=600"
-#: and no Hugging Face hub: this machine reaches none, and every model the suites load is a
-#: local folder; without HF_HUB_OFFLINE=1 each vLLM engine spent ~22 s of its start asking the
-#: hub about that folder (vLLM 0.25.1's create_engine_config: 22.9 s, 1.1 s with it, measured
-#: 2026-11-28 on the 2-core machine). Both, as NAME=VALUE words for env(1): what every NeMo-RL
-#: session of our tests and every Slurm job of the suites gets (a setting of the test machine;
-#: a user's cluster with a hub keeps its own). NeMo-RL's unit tests get the Ray limits only
-#: (scripts/test_nemo_rl.sh says why). (Ray's workers keep Ray's nice 15: at nice 0, tried in
-#: the fresh-clone CI of ae85847, NeMo-RL's own unit tests, run beside a session's tail, missed
-#: their 60 s for two spawned gloo processes; docs/testing.md, "CI")
-NEMO_MMPO_TEST_MACHINE="$NEMO_MMPO_RAY_PATIENCE HF_HUB_OFFLINE=1"
+#: Ray's telemetry at a slower pace, on the same test machine: with no dashboard to read them,
+#: every Ray process still exports metrics and task events each second or few, the dashboard
+#: agent samples every process every 5 s, and two idle workers start with each driver: an idle
+#: local cluster spent ~11 CPU-seconds a minute, ~8 with these (2026-11-29, the 2-core Intel
+#: machine; CI's clusters are up for most of its ~20 minutes). Not the autoscaler's 5 s: `ray
+#: status`, which ray.sub and the two-host checks read, reports from it.
+NEMO_MMPO_RAY_QUIET="RAY_enable_metrics_collection=0 RAY_metrics_report_interval_ms=60000 RAY_task_events_report_interval_ms=10000 REPORTER_UPDATE_INTERVAL_MS=60000 RAY_prestart_worker_first_driver=0"
+#: What every NeMo-RL session of our tests and every Slurm job of the suites gets, as NAME=VALUE
+#: words for env(1) (settings of the test machine; a user's cluster keeps its own): Ray's
+#: start-up limits and quiet telemetry (above);
+#: - no Hugging Face hub: this machine reaches none, and every model the suites load is a local
+#:   folder; without HF_HUB_OFFLINE=1 each vLLM engine spent ~22 s of its start asking the hub
+#:   about that folder (vLLM 0.25.1's create_engine_config: 22.9 s, 1.1 s with it, measured
+#:   2026-11-28 on the 2-core machine);
+#: - no torch.compile: vLLM's CPU sampler (`compiled_random_sample`) and megatron-core's fused
+#:   activations (`jit_fuser`) call it, and on a CPU that is Dynamo, Inductor and g++ compiling
+#:   C++ kernels (and a 123 MB precompiled header of torch's) in each engine and worker
+#:   process: work the GPU path these runs stand in for never does (it compiles Triton
+#:   kernels); eager, it is the same math. Measured on the 2-core Intel machine, 2026-11-29,
+#:   Inductor's cache already warm: vLLM's refit test on main 82 -> 61 CPU-seconds, the
+#:   Megatron recipe's 50 steps and the watcher (with the quiet Ray) 566 -> 495.
+#: NeMo-RL's unit tests get the Ray limits only: they keep the environment their outcomes were
+#: recorded in (scripts/test_nemo_rl.sh says more). (Ray's workers keep Ray's nice 15: at nice
+#: 0, tried in the fresh-clone CI of ae85847, NeMo-RL's own unit tests, run beside a session's
+#: tail, missed their 60 s for two spawned gloo processes; docs/testing.md, "CI")
+NEMO_MMPO_TEST_MACHINE="$NEMO_MMPO_RAY_PATIENCE $NEMO_MMPO_RAY_QUIET TORCH_COMPILE_DISABLE=1 HF_HUB_OFFLINE=1"
 
 part_line() {  # part_line NAME SECONDS OUTCOME [CPU_SECONDS]: one part, e.g. "the Slurm suite,
     # one host" 412 ok 380
