@@ -263,14 +263,23 @@ def test_a_parts_cpu_seconds_count_what_it_starts_or_say_they_are_not_counted(tm
     parts = ROOT / "scripts" / "parts.sh"
     spin = "import time; end = time.process_time() + 1.2\nwhile time.process_time() < end: pass"
     burn = f"{sys.executable} -c '{spin}'"  # 1.2 CPU-seconds
-    uncounted = subprocess.run(
-        ["bash", "-c", f"source {parts}; part_cpu_begin a; {burn}; part_cpu_seconds a"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NEMO_MMPO_CPU_GROUPS": ""},
-        timeout=60,
-    )
-    assert uncounted.stdout.strip() == "-"
+    # under set -e, as the suites' scripts run: nothing counted is no error (a session's shell
+    # that stopped there never wrote its exit status, and read as failed)
+    for groups in ("", str(tmp_path / "no-such-groups")):
+        uncounted = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f"set -euo pipefail; source {parts}; part_cpu_begin a; {burn}; "
+                "part_cpu_seconds a; echo went on",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "NEMO_MMPO_CPU_GROUPS": groups},
+            timeout=60,
+        )
+        assert uncounted.stdout.split() == ["-", "went", "on"], (groups, uncounted.stderr)
+        assert uncounted.returncode == 0
     cpuacct = Path("/sys/fs/cgroup/cpuacct")
     if os.geteuid() != 0 or not (cpuacct / "cpuacct.usage").is_file():
         pytest.skip("no cgroup v1 cpuacct to write here (root only): the column says -")
