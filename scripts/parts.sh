@@ -19,10 +19,11 @@
 NEMO_MMPO_RAY_PATIENCE="RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=300 RAY_DASHBOARD_STARTUP_TIMEOUT_S=300 RAY_worker_register_timeout_seconds=600"
 #: Ray's telemetry at a slower pace, on the same test machine: with no dashboard to read them,
 #: every Ray process still exports metrics and task events each second or few, the dashboard
-#: agent samples every process every 5 s, and two idle workers start with each driver: an idle
-#: local cluster spent ~11 CPU-seconds a minute, ~8 with these (2026-11-29, the 2-core Intel
-#: machine; CI's clusters are up for most of its ~20 minutes). Not the autoscaler's 5 s: `ray
-#: status`, which ray.sub and the two-host checks read, reports from it.
+#: agent samples every process every 5 s, and two idle workers start with each driver: a local
+#: cluster with two actors, started and left idle for a minute, spent 7.8-8.1 CPU-seconds, 7.2
+#: with these (2026-11-29, the 2-core Intel machine, beside a CI): a small saving, but CI's
+#: clusters are up for most of its ~20 minutes. Not the autoscaler's 5 s: `ray status`, which
+#: ray.sub and the two-host checks read, reports from it.
 NEMO_MMPO_RAY_QUIET="RAY_enable_metrics_collection=0 RAY_metrics_report_interval_ms=60000 RAY_task_events_report_interval_ms=10000 REPORTER_UPDATE_INTERVAL_MS=60000 RAY_prestart_worker_first_driver=0"
 #: What every NeMo-RL session of our tests and every Slurm job of the suites gets, as NAME=VALUE
 #: words for env(1) (settings of the test machine; a user's cluster keeps its own): Ray's
@@ -37,7 +38,8 @@ NEMO_MMPO_RAY_QUIET="RAY_enable_metrics_collection=0 RAY_metrics_report_interval
 #:   process: work the GPU path these runs stand in for never does (it compiles Triton
 #:   kernels); eager, it is the same math. Measured on the 2-core Intel machine, 2026-11-29,
 #:   Inductor's cache already warm: vLLM's refit test on main 82 -> 61 CPU-seconds, the
-#:   Megatron recipe's 50 steps and the watcher (with the quiet Ray) 566 -> 495.
+#:   Megatron recipe's 50 steps and the watcher 566 -> 495 (with the quiet Ray, and the
+#:   autoscaler's interval at 60 s, left out here since).
 #: NeMo-RL's unit tests get the Ray limits only: they keep the environment their outcomes were
 #: recorded in (scripts/test_nemo_rl.sh says more). (Ray's workers keep Ray's nice 15: at nice
 #: 0, tried in the fresh-clone CI of ae85847, NeMo-RL's own unit tests, run beside a session's
