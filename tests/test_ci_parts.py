@@ -263,9 +263,10 @@ def test_a_parts_cpu_seconds_count_what_it_starts_or_say_they_are_not_counted(tm
     parts = ROOT / "scripts" / "parts.sh"
     spin = "import time; end = time.process_time() + 1.2\nwhile time.process_time() < end: pass"
     burn = f"{sys.executable} -c '{spin}'"  # 1.2 CPU-seconds
-    # under set -e, as the suites' scripts run: nothing counted is no error (a session's shell
-    # that stopped there never wrote its exit status, and read as failed)
-    for groups in ("", str(tmp_path / "no-such-groups")):
+    # under set -e, as the suites' scripts run, with no groups or a folder that is not a cgroup:
+    # nothing counted is no error (a session's shell that stopped there never wrote its exit
+    # status, and read as failed)
+    for groups in ("", str(tmp_path / "not-a-cgroup")):
         uncounted = subprocess.run(
             [
                 "bash",
