@@ -85,15 +85,20 @@ nemo_rl_unpack() {  # unpacks snapshot $1 into .nemo-rl/nemo-rl-$1 (if needed); 
     echo "$target"
 }
 
-nemo_rl_compile() {  # byte-compiles the Python files under $@ for NeMo-RL's interpreter
-    # (__pycache__ beside them). Unpacked sources have no bytecode, and where
-    # PYTHONDONTWRITEBYTECODE is set (this project's machines set it) every process that
-    # imports them compiles them again: ~2 s CPU per Megatron worker process for main's
-    # Megatron-Bridge source alone. Best effort: a file that does not compile fails its import
-    # later, with Python's own message.
-    local python
-    python="$(nemo_rl_python)"
+byte_compile() {  # byte_compile PYTHON PATH...: the Python files under the PATHs compiled for
+    # PYTHON (__pycache__ beside them; nothing without a PYTHON). Unpacked sources and a fresh
+    # clone have no bytecode, and where PYTHONDONTWRITEBYTECODE is set (this project's machines
+    # set it) every process that imports them compiles them again: ~2 s CPU per Megatron worker
+    # process for main's Megatron-Bridge source alone; a 3.11 dry run 3.8 CPU-seconds without
+    # ours, 3.0 with it. Best effort: a file that does not compile fails its import later, with
+    # Python's own message.
+    local python="$1"
+    shift
     [[ -z "$python" ]] || "$python" -m compileall -q -j 0 "$@" >/dev/null 2>&1 || true
+}
+
+nemo_rl_compile() {  # byte-compiles the Python files under $@ for NeMo-RL's interpreter
+    byte_compile "$(nemo_rl_python)" "$@"
 }
 
 nemo_rl_quiet_pip() {  # pip's own errors stay; this machine's notes about absent local indexes go

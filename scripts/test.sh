@@ -122,11 +122,9 @@ fi
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. an --index-url
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
 "$VENV/bin/python" -m pip install -q -e ".[test,eval,lab,hf,launch,docs]"
-# ours byte-compiled once for the 3.11 interpreter (as scripts/test_nemo_rl.sh does for 3.13):
-# with PYTHONDONTWRITEBYTECODE set, as on this project's machines, each of the suite's ~90
-# subprocesses (dry runs, the CLI, docs blocks) compiled the modules it imports again: a dry
-# run took 3.8 CPU-seconds without the bytecode, 3.0 with it (2026-11-29, the 2-core Intel machine)
-"$VENV/bin/python" -m compileall -q -j 0 nemo_mmpo tests examples benchmarks >/dev/null 2>&1 || true
+# ours byte-compiled once for the 3.11 interpreter, as scripts/test_nemo_rl.sh does for 3.13:
+# the suite's ~90 subprocesses (dry runs, the CLI, docs blocks) no longer compile what they import
+byte_compile "$VENV/bin/python" nemo_mmpo tests examples benchmarks
 part_line "the 3.11 environment" "$SECONDS" ok "$(part_cpu_seconds test.sh)"
 part_started=$SECONDS part_cpu_started="$(part_cpu_seconds test.sh)"
 "$VENV/bin/ruff" check . || { part_line "lint (ruff check)" "$((SECONDS - part_started))" FAILED; exit 1; }
