@@ -20,7 +20,7 @@ from nemo_mmpo.estimators import (
 from nemo_mmpo.grouping import RewardGroups, group_ids_from_prompt_rows
 from nemo_mmpo.objectives import MomentObjective, moment_objective
 
-__version__ = "0.1.0"  # the one place: pyproject.toml reads it
+__version__ = "0.2.0"  # the one place: pyproject.toml reads it
 
 __all__ = [
     "MMPOInputError",
