@@ -75,3 +75,25 @@ def test_the_readme_links_resolve():
     assert local, "the README links into docs/"
     missing = [target for target in local if not (ROOT / target).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_docs_pages_and_the_changelog_entries_stay_short():
+    """Every page of ``docs/`` is at most 300 lines (a page, not a diary: the history of CI's
+    times lives in git), and every ``CHANGELOG.md`` entry is one line of at most 250 characters
+    saying what a user gets or must change (no continuation lines: the reasons are in the
+    commits)."""
+    long_pages = {
+        path.name: lines
+        for path in sorted((ROOT / "docs").glob("*.md"))
+        if (lines := len(path.read_text().splitlines())) > 300
+    }
+    assert not long_pages, f"docs pages over 300 lines: {long_pages}"
+    problems = []
+    lines = (ROOT / "CHANGELOG.md").read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        if line.startswith("- ") and len(line) > 250:
+            problems.append(f"CHANGELOG.md:{number}: {len(line)} characters")
+        previous = lines[number - 2] if number > 1 else ""
+        if line[:1].isspace() and line.strip() and previous.strip():
+            problems.append(f"CHANGELOG.md:{number}: a continuation line, not one line an entry")
+    assert not problems, "\n".join(problems)
