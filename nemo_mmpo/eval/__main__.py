@@ -8,6 +8,7 @@ python -m nemo_mmpo.eval report MMPO=runs/mmpo.jsonl GRPO=runs/grpo.jsonl --out 
 python -m nemo_mmpo.eval synthetic --out runs/demo    # two synthetic runs to try report on
 nemo-mmpo eval watch --config examples/configs/mmpo_math_qwen3_1.7b.yaml --follow  # alongside
 nemo-mmpo eval watch --config results/mmpo_qwen3_1.7b/nemo_mmpo_recipe.yaml  # as the run started
+nemo-mmpo eval watch --config my_recipe.yaml --check   # what it would watch, without watching
 nemo-mmpo eval summary logs/mmpo_qwen3_1.7b/evaluation   # the selected step, the final one, curves
 """
 
@@ -142,7 +143,20 @@ def watch(args: argparse.Namespace) -> None:
     settings = read_settings(config.get("evaluation"))
     if not settings.enabled:
         raise MMPOInputError("evaluation.enabled is false in this recipe: nothing to watch for")
+    if not config["checkpointing"].get("enabled", True):
+        raise MMPOInputError(
+            "checkpointing.enabled is false in this recipe: the run saves no checkpoints to "
+            "evaluate (set checkpointing.enabled=true)"
+        )
     every = args.every or config["grpo"].get("val_period") or config["checkpointing"]["save_period"]
+    if args.check:  # what the watcher would do, without watching (slurm/watch_mmpo.sh's check)
+        print(
+            f"watch: {config['checkpointing']['checkpoint_dir']}, every {every} steps to step "
+            f"{config['grpo']['max_num_steps']} ({args.backend}); evaluation: "
+            f"{', '.join(settings.benchmarks) or 'none named'}, into "
+            f"{settings.output_dir}"
+        )
+        return
     engine_options, environment = vllm_engine(config["policy"])
     for name, value in environment.items():  # set before vLLM is imported; the caller's win
         os.environ.setdefault(name, value)
@@ -272,6 +286,12 @@ def _add_watch(commands: Any) -> None:
         "--idle-seconds", type=float, default=None, help="with --follow: stop after this long idle"
     )
     watch_parser.add_argument("--batch-size", type=int, default=64, help="hf: rows per generate")
+    watch_parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the recipe and overrides as the watcher reads them, print what it would "
+        "watch, and exit (no GPU; slurm/watch_mmpo.sh runs it before queuing)",
+    )
     watch_parser.set_defaults(function=watch)
 
 
