@@ -193,7 +193,7 @@ submit() {  # submit RUN_NAME OVERRIDES...: slurm/submit_mmpo.sh's output in $WO
     ACCOUNT=mmpo PARTITION=mmpo NUM_NODES=1 GPUS_PER_NODE=$GPUS TIME=00:15:00 \
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
     PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" WORK_DIR="$checkout_copy" JOB_NAME="mmpo-test-$run" \
-    CONFIG=examples/configs/mmpo_tiny_cpu.yaml \
+    CONFIG=nemo_mmpo/mmpo_tiny_cpu.yaml \
         timeout 120 bash "$checkout_copy/slurm/submit_mmpo.sh" \
         grpo.val_period=0 grpo.val_at_start=false evaluation.enabled=false \
         checkpointing.save_period=3 \
@@ -223,6 +223,11 @@ fi
 # NeMo-RL builds the estimator).
 submit train grpo.max_num_steps=3 grpo.adv_estimator.transform_alpha=0.5
 job="$(submitted_id train)"
+# CONFIG=nemo_mmpo/<file>, submitted from this checkout (which has no such file): the package's
+# recipe of the clone that submits, the copy under /tmp, not this checkout's
+grep -qx "recipe: $checkout_copy/nemo_mmpo/configs/mmpo_tiny_cpu.yaml (relative paths from $checkout_copy)" \
+    "$WORK/log/submit-train.log"
+report "nemo_mmpo/<file> is the submitting clone's recipe" $? "$(grep '^recipe: ' "$WORK/log/submit-train.log")"
 if [[ -z "$job" ]]; then
     report "job submitted" 1 "$(tail -n 5 "$WORK/log/submit-train.log")"
 else

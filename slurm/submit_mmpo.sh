@@ -4,9 +4,13 @@
 # call this with their defaults.
 # Usage:  NUM_NODES=2 CONFIG=<your recipe> bash /path/to/nemo-mmpo/slurm/submit_mmpo.sh [overrides]
 #         cd ~/exp && CONFIG=my_task.yaml bash ~/nemo-mmpo/slurm/mmpo_1node.sh  # your folder
-# Runs the recipe CONFIG names (default: examples/configs/mmpo_math_qwen3_8b_2nodes.yaml); its
-# relative paths (checkpoints, logs, data) start in WORK_DIR, the directory you submit from by
-# default, mounted at the same path in the job, as NeMo-RL reads them from its working directory.
+# Runs the recipe CONFIG names (default: nemo_mmpo/mmpo_math_qwen3_8b_2nodes.yaml): your file
+# (absolute, or relative to the folder you submit from; it wins over a clone file of the same
+# name), or one of nemo-mmpo's as nemo_mmpo/<file> (or examples/configs/<file>); see
+# slurm/job_paths.sh. Its relative paths (checkpoints, logs, data) start in WORK_DIR, the
+# directory you submit from by default, mounted at the same path in the job, as NeMo-RL reads
+# them from its working directory. The login node's PYTHON checks the recipe first: it needs
+# torch (a CPU build is enough) and nemo-mmpo's launch extra: pip install '<this clone>[launch]'.
 # The recipe's cluster.num_nodes / cluster.gpus_per_node are set from NUM_NODES / GPUS_PER_NODE.
 # The batch script is slurm/ray_job.sh: it runs ray.sub unchanged and watches the job's nodes; a
 # lost node ends the job with a line naming it and the checkpoint to resume from. The job is
@@ -33,7 +37,7 @@ CONTAINER="${CONTAINER:-nvcr.io/nvidia/nemo-rl:v0.7.0}"  # NeMo-RL container ima
 NEMO_RL_DIR="${NEMO_RL_DIR:-/opt/nemo-rl}"            # NeMo-RL checkout inside the container
 NEMO_RL_HOST_DIR="${NEMO_RL_HOST_DIR:-}"             # NeMo-RL checkout on the login node (ray.sub)
 MMPO_DIR="${MMPO_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"  # this repository (shared filesystem)
-CONFIG="${CONFIG:-examples/configs/mmpo_math_qwen3_8b_2nodes.yaml}"  # your recipe, or one of MMPO_DIR's
+CONFIG="${CONFIG:-nemo_mmpo/mmpo_math_qwen3_8b_2nodes.yaml}"  # your recipe, or nemo_mmpo/<file>
 WORK_DIR="${WORK_DIR:-$PWD}"                          # the run's relative paths start here
 NUM_NODES="${NUM_NODES:-2}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
@@ -77,8 +81,11 @@ elif [[ $status -ne 0 ]]; then
     exit 2
 fi
 # The job's watch names the checkpoint to resume from when a node is lost (the plan's line
-# "... checkpoints: DIR; logs: ..."; a relative DIR is under WORK_DIR, where the job runs).
+# "... checkpoints: DIR[ (note)]; logs: ...", "checkpoints: none (...)" when it saves none; a
+# relative DIR is under WORK_DIR, where the job runs).
 CHECKPOINT_DIR="$(sed -n 's/.*; checkpoints: \(.*\); logs: .*/\1/p' <<< "$plan" | tail -n 1)"
+CHECKPOINT_DIR="${CHECKPOINT_DIR%% (*}"
+[[ "$CHECKPOINT_DIR" == none ]] && CHECKPOINT_DIR=""
 [[ -n "$CHECKPOINT_DIR" && "$CHECKPOINT_DIR" != /* ]] && CHECKPOINT_DIR="$WORK_DIR/$CHECKPOINT_DIR"
 # ray.sub's own #SBATCH lines (--exclusive, --dependency=singleton, ...) as options: the batch
 # script is slurm/ray_job.sh, which runs ray.sub; the options after them win.

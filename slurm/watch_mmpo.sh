@@ -4,10 +4,12 @@
 # container. Safe to submit before, during or after training, and to requeue: it skips what it
 # evaluated and resumes a step it was interrupted in.
 # Usage:  CONFIG=<the training run's recipe> bash slurm/watch_mmpo.sh [overrides]
-# (default: examples/configs/mmpo_math_qwen3_1.7b.yaml; the training run's overrides, as
+# (default: nemo_mmpo/mmpo_math_qwen3_1.7b.yaml; the training run's overrides, as
 # submitted; or CONFIG=<checkpoint_dir>/nemo_mmpo_recipe.yaml, the run's record, which carries
 # them). Submit from the training run's WORK_DIR (its relative paths start there too); the
-# job's output goes to LOG_DIR (created).
+# job's output goes to LOG_DIR (created). Before anything is queued, the login node's PYTHON
+# checks the recipe as the watcher reads it (`nemo-mmpo eval watch --check`, NeMo-RL's config
+# loader read from NEMO_RL_HOST_DIR): it loads, evaluation and checkpointing are enabled.
 set -euo pipefail
 
 # ---------------------------------------------------------------- edit these -----------
@@ -15,8 +17,9 @@ ACCOUNT="${ACCOUNT:-YOUR_ACCOUNT}"
 PARTITION="${PARTITION:-YOUR_PARTITION}"
 CONTAINER="${CONTAINER:-nvcr.io/nvidia/nemo-rl:v0.7.0}"
 NEMO_RL_DIR="${NEMO_RL_DIR:-/opt/nemo-rl}"           # NeMo-RL checkout inside the container
+NEMO_RL_HOST_DIR="${NEMO_RL_HOST_DIR:-}"            # NeMo-RL checkout on the login node (the check)
 MMPO_DIR="${MMPO_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"  # this repository (shared filesystem)
-CONFIG="${CONFIG:-examples/configs/mmpo_math_qwen3_1.7b.yaml}"  # the training run's recipe
+CONFIG="${CONFIG:-nemo_mmpo/mmpo_math_qwen3_1.7b.yaml}"  # the training run's recipe
 WORK_DIR="${WORK_DIR:-$PWD}"                        # the run's relative paths start here
 LOG_DIR="${LOG_DIR:-$WORK_DIR/logs}"                # the job's output (created)
 TIME="${TIME:-24:00:00}"
@@ -24,6 +27,7 @@ JOB_NAME="${JOB_NAME:-watch-$(basename "$CONFIG" .yaml)}"
 SBATCH="${SBATCH:-sbatch}"
 EXTRA_MOUNTS="${EXTRA_MOUNTS:-}"
 BACKEND="${BACKEND:-vllm}"                          # vllm (GPU) or hf
+PYTHON="${PYTHON:-python3}"                         # login-node Python for the check
 # ----------------------------------------------------------------------------------------
 
 # A recipe of your own, or the run's record (results/<run>/nemo_mmpo_recipe.yaml), as in
@@ -31,8 +35,27 @@ BACKEND="${BACKEND:-vllm}"                          # vllm (GPU) or hf
 # shellcheck source=slurm/job_paths.sh
 source "$MMPO_DIR/slurm/job_paths.sh"
 echo "recipe: $CONFIG (relative paths from $WORK_DIR)" >&2
+if [[ -z "$NEMO_RL_HOST_DIR" || ! -d "$NEMO_RL_HOST_DIR" ]]; then
+    echo "Set NEMO_RL_HOST_DIR to a NeMo-RL checkout on the login node (the check reads the recipe with its config loader)" >&2
+    exit 2
+fi
+# Check the recipe and overrides before anything is queued, as the watcher will read them.
+# Importing nemo_mmpo needs torch and the launch extra: a Python without them cannot check.
+missing="$("$PYTHON" -c 'import runpy, sys; print(", ".join(runpy.run_path(sys.argv[1])["missing_modules"]()))' \
+    "$MMPO_DIR/nemo_mmpo/launch/environment.py")" || missing="a working Python"
+if [[ -n "$missing" ]]; then
+    echo "Not submitted: $PYTHON cannot run the check: it lacks $missing; set PYTHON to a Python with nemo-mmpo's launch extra (pip install '$MMPO_DIR[launch]')" >&2
+    exit 3
+fi
+if ! (cd "$WORK_DIR" && NEMO_RL_PATH="$NEMO_RL_HOST_DIR" PYTHONPATH="$MMPO_DIR${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PYTHON" -m nemo_mmpo.eval watch --check --config "$CONFIG" --backend "$BACKEND" "$@" >&2); then
+    echo "Not submitted: the watcher's check above failed (fix the recipe or overrides, then submit again)" >&2
+    exit 2
+fi
 mkdir -p "$LOG_DIR"  # Slurm does not create the --output folder
-WATCH="cd $(printf '%q' "$WORK_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR PYTHONPATH=$(printf '%q' "$MMPO_DIR") uv run --project $NEMO_RL_DIR python -m nemo_mmpo.eval watch --config $(printf '%q' "$CONFIG") --backend $BACKEND --follow $(printf '%q ' "$@")"
+QUOTED_OVERRIDES=""  # (printf '%q ' with no argument would pass one empty argument)
+[[ $# -gt 0 ]] && QUOTED_OVERRIDES=" $(printf '%q ' "$@")"
+WATCH="cd $(printf '%q' "$WORK_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR PYTHONPATH=$(printf '%q' "$MMPO_DIR") uv run --project $NEMO_RL_DIR python -m nemo_mmpo.eval watch --config $(printf '%q' "$CONFIG") --backend $BACKEND --follow${QUOTED_OVERRIDES% }"
 "$SBATCH" \
     --nodes=1 \
     --account="$ACCOUNT" \

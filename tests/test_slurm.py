@@ -17,6 +17,7 @@ import pytest
 from nemo_rl_support import nemo_rl_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "nemo_mmpo" / "configs"
 FAKE_SBATCH = """#!/usr/bin/env bash
 { echo "ARGS=$*"; echo "COMMAND=$COMMAND"; echo "CONTAINER=$CONTAINER"; echo "MOUNTS=$MOUNTS"; \
   echo "PWD=$PWD"; echo "JOB_PATH=$PATH"; echo "JOB_MARKER=${MMPO_TEST_MARKER:-}"; \
@@ -52,6 +53,14 @@ def submit(
     return dict(line.split("=", 1) for line in record.read_text().splitlines())
 
 
+def watch_command(recorded: dict) -> list[str]:
+    """The words of the command the watcher's job runs (``--wrap``'s ``bash -c`` argument,
+    sbatch's last)."""
+    arguments = shlex.split(recorded["ARGS"])
+    assert arguments[-3:-1] == ["bash", "-c"]
+    return shlex.split(arguments[-1])
+
+
 def test_a_recipe_in_a_folder_of_ones_own_is_mounted_not_copied(tmp_path):
     """``CONFIG=my_task.yaml`` relative to where one submits (here, a folder outside the
     clone): checked on the login node, made absolute, its folder mounted at the same path in
@@ -64,7 +73,11 @@ def test_a_recipe_in_a_folder_of_ones_own_is_mounted_not_copied(tmp_path):
         "defaults:\n  - nemo_rl/grpo_math_1B_megatron.yaml\n  - base/mmpo_common.yaml\n"
         "grpo:\n  num_prompts_per_step: 16\n  num_generations_per_prompt: 8\n"
         "policy:\n  train_global_batch_size: 128\n"
+        "checkpointing:\n  enabled: true\nevaluation:\n  enabled: true\n"
     )
+    prompts = exp / "examples" / "prompts"  # NeMo-RL's configs name it from the run's folder
+    prompts.mkdir(parents=True)
+    (prompts / "cot.txt").write_text((nemo_rl_checkout() / "examples/prompts/cot.txt").read_text())
     environment = {"CONFIG": "my_task.yaml", "NUM_NODES": "1", "GPUS_PER_NODE": "2"}
     recorded = submit("submit_mmpo.sh", tmp_path, environment, cwd=exp)
     assert recorded["MOUNTS"] == f"{ROOT}:{ROOT},{exp}:{exp}"
@@ -81,6 +94,108 @@ def test_a_recipe_in_a_folder_of_ones_own_is_mounted_not_copied(tmp_path):
     assert not (ROOT / "examples" / "configs" / "my_task.yaml").exists()
 
 
+def test_a_recipe_of_ones_own_wins_over_the_clones_of_the_same_name(tmp_path):
+    """``CONFIG=examples/configs/mmpo_math_qwen3_1.7b.yaml`` where one submits from a folder
+    holding a file of that name: that file is checked and run (and watched), not the clone's."""
+    exp = tmp_path / "exp"
+    mine = exp / "examples" / "configs" / "mmpo_math_qwen3_1.7b.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(
+        "defaults:\n  - nemo_mmpo/mmpo_math_qwen3_1.7b.yaml\n"
+        "checkpointing:\n  checkpoint_dir: results/mine\n"
+    )
+    environment = {"CONFIG": "examples/configs/mmpo_math_qwen3_1.7b.yaml"}
+    recorded = submit("mmpo_1node.sh", tmp_path, environment, cwd=exp)
+    words = shlex.split(recorded["COMMAND"])
+    assert words[words.index("--config") + 1] == str(mine)
+    assert recorded["CHECKPOINT_DIR"] == f"{exp}/results/mine"  # the check read this file
+    watched = watch_command(submit("watch_mmpo.sh", tmp_path, environment, cwd=exp))
+    assert watched[watched.index("--config") + 1] == str(mine)
+
+
+@pytest.mark.parametrize(
+    ("config", "path"),
+    [
+        ("nemo_mmpo/mmpo_tiny_cpu.yaml", "nemo_mmpo/configs/mmpo_tiny_cpu.yaml"),
+        ("examples/configs/mmpo_tiny_cpu.yaml", "examples/configs/mmpo_tiny_cpu.yaml"),
+    ],
+)
+def test_a_packaged_recipe_is_named_as_train_names_it(tmp_path, config, path):
+    """``nemo_mmpo/<file>`` (as ``nemo-mmpo train --config`` names the package's recipes) and
+    the older ``examples/configs/<file>`` name the clone's recipe from any folder."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    recorded = submit("mmpo_1node.sh", tmp_path, {"CONFIG": config}, cwd=elsewhere)
+    words = shlex.split(recorded["COMMAND"])
+    assert words[words.index("--config") + 1] == str(ROOT / path)
+    assert recorded["MOUNTS"] == f"{ROOT}:{ROOT},{elsewhere}:{elsewhere}"
+    watched = watch_command(submit("watch_mmpo.sh", tmp_path, {"CONFIG": config}, cwd=elsewhere))
+    assert watched[watched.index("--config") + 1] == str(ROOT / path)
+
+
+@pytest.mark.parametrize("script", ["mmpo_1node.sh", "watch_mmpo.sh"])
+@pytest.mark.parametrize("config", ["my_recipe.yaml", "nemo_mmpo/no_such.yaml", "/no/such.yaml"])
+def test_a_missing_config_is_one_clear_line(tmp_path, script, config):
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        submit(script, tmp_path, {"CONFIG": config}, cwd=tmp_path)
+    assert error.value.returncode == 2
+    (line,) = error.value.stderr.decode().splitlines()
+    assert line.startswith(f"CONFIG={config}: ")
+    assert "nemo_mmpo/<file>" in line
+    assert not (tmp_path / "record.txt").exists()
+
+
+@pytest.mark.parametrize("key", ["evaluation.enabled", "checkpointing.enabled"])
+def test_the_watcher_refuses_a_run_with_nothing_to_watch_before_queuing(tmp_path, key):
+    """As ``nemo-mmpo eval watch`` would refuse it on the GPU, but before anything is queued."""
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        submit(
+            "watch_mmpo.sh",
+            tmp_path,
+            {"CONFIG": "nemo_mmpo/mmpo_tiny_cpu.yaml"},
+            f"{key}=false",
+            cwd=tmp_path,
+        )
+    message = error.value.stderr.decode()
+    assert error.value.returncode == 2
+    assert f"{key} is false in this recipe" in message and "Not submitted" in message
+    assert not (tmp_path / "record.txt").exists()
+
+
+def test_the_watcher_checks_on_the_login_node_what_it_will_watch(tmp_path):
+    """The check prints what the job will watch, from the overrides given; the job's command
+    watches (no ``--check``)."""
+    recorded = submit(
+        "watch_mmpo.sh",
+        tmp_path,
+        {"CONFIG": "nemo_mmpo/mmpo_tiny_cpu.yaml"},
+        "checkpointing.checkpoint_dir=runs/mine",
+        cwd=tmp_path,
+    )
+    watched = watch_command(recorded)
+    assert watched[-2:] == ["--follow", "checkpointing.checkpoint_dir=runs/mine"]
+    assert "--check" not in watched
+    default = watch_command(submit("watch_mmpo.sh", tmp_path, {}, cwd=tmp_path))
+    assert default[-1] == "--follow"  # no override: no empty argument either
+    assert default[default.index("--config") + 1] == f"{CONFIGS}/mmpo_math_qwen3_1.7b.yaml"
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        submit("watch_mmpo.sh", tmp_path, {"NEMO_RL_HOST_DIR": ""}, cwd=tmp_path)
+    assert error.value.returncode == 2 and b"NEMO_RL_HOST_DIR" in error.value.stderr
+
+
+def test_a_login_python_that_cannot_check_the_watcher_says_so(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True
+    )
+    python = str(tmp_path / "bare" / "bin" / "python")
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        submit("watch_mmpo.sh", tmp_path, {"PYTHON": python}, cwd=tmp_path)
+    message = error.value.stderr.decode()
+    assert error.value.returncode == 3
+    assert "cannot run the check" in message and "launch extra" in message and "torch" in message
+    assert not (tmp_path / "record.txt").exists()
+
+
 def test_one_node_template(tmp_path):
     recorded = submit("mmpo_1node.sh", tmp_path, {}, "grpo.adv_estimator.truncation_order=3")
     arguments = shlex.split(recorded["ARGS"])
@@ -95,7 +210,7 @@ def test_one_node_template(tmp_path):
     assert arguments.index("--nodes=1") > arguments.index("--nodes=2")
     command = recorded["COMMAND"]
     assert f"uv run --project /opt/nemo-rl python {ROOT}/examples/run_mmpo_math.py" in command
-    assert f"--config {ROOT}/examples/configs/mmpo_math_qwen3_1.7b.yaml" in command
+    assert f"--config {ROOT}/nemo_mmpo/configs/mmpo_math_qwen3_1.7b.yaml" in command
     assert "cluster.num_nodes=1 cluster.gpus_per_node=2" in command
     assert command.endswith("grpo.adv_estimator.truncation_order=3")
     assert recorded["CONTAINER"] == "nvcr.io/nvidia/nemo-rl:v0.7.0"
