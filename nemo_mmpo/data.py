@@ -206,11 +206,22 @@ def _hub_rows(spec: BenchmarkSpec) -> Iterator[dict[str, Any]]:
             yield {**row, "_config": config} if len(spec.splits) > 1 else row
 
 
+def users_benchmark(name: str) -> BenchmarkSpec:
+    """A benchmark of the user's own, under any name: a local file whose rows hold ``problem``
+    (or ``question``) and ``answer`` (or a ``solution`` with a ``\\boxed{}`` answer)."""
+    return BenchmarkSpec(name, "", (), "problem", "answer")
+
+
 def load_benchmark(name: str, path: str | Path | None = None) -> list[dict[str, Any]]:
-    """Normalised records of benchmark ``name`` from ``path`` or, without one, the hub."""
-    if name not in BENCHMARKS:
-        raise MMPOInputError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
-    spec = BENCHMARKS[name]
+    """Normalised records of benchmark ``name`` from ``path`` or, without one, the hub (the
+    paper's benchmarks, :data:`BENCHMARKS`); any other name is the user's own local file."""
+    if name not in BENCHMARKS and path is None:
+        raise MMPOInputError(
+            f"benchmark {name!r} has no file: give your benchmark's local JSONL or Parquet file "
+            f"(evaluation.benchmarks.{name}=<file>), or name one of the paper's, which are read "
+            f"from the hub: {', '.join(BENCHMARKS)}"
+        )
+    spec = BENCHMARKS.get(name) or users_benchmark(name)
     rows: Iterable[dict[str, Any]] = read_local(path) if path is not None else _hub_rows(spec)
     records = [normalise_record(dict(row), spec, index) for index, row in enumerate(rows)]
     seen: dict[str, int] = {}
@@ -250,15 +261,17 @@ def math_task_files(config: dict[str, Any]) -> list[Path] | None:
         return None
     folder = Path(train["data_path"]).parent
     validation = data.get("validation")
-    named = [
+    default, evaluation = data.get("default"), config.get("evaluation")
+    benchmarks = evaluation.get("benchmarks") if isinstance(evaluation, dict) else None
+    named = [  # a value of another type is the typed rules' to report
         train["data_path"],
         validation.get("data_path") if isinstance(validation, dict) else None,
-        (data.get("default") or {}).get("prompt_file"),
-        *((config.get("evaluation") or {}).get("benchmarks") or {}).values(),
+        default.get("prompt_file") if isinstance(default, dict) else None,
+        *(benchmarks.values() if isinstance(benchmarks, dict) else ()),
     ]
     ours = {folder / MATH_TRAIN, folder / MATH_VALIDATION, folder / MATH_PROMPT}
     ours |= {folder / "validation" / f"{name}.jsonl" for name in VALIDATION_BENCHMARKS}
-    return [Path(path) for path in named if path and Path(path) in ours]
+    return [Path(path) for path in named if isinstance(path, str) and Path(path) in ours]
 
 
 def prepare_math_task(files: list[Path], everything: bool = False) -> list[Path]:

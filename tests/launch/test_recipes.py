@@ -330,6 +330,9 @@ def test_a_recipe_in_any_folder_dry_runs_against_each_snapshot_from_any_director
             os.path.relpath(recipe, elsewhere),
             "--print-config",
             "grpo.adv_estimator.truncation_order=2",
+            # NeMo-RL's config names its prompt relative to its checkout; a run from another
+            # folder names the file (tests/launch/test_local_files.py)
+            f"data.default.prompt_file={checkout.root / 'examples' / 'prompts' / 'cot.txt'}",
         ],
         capture_output=True,
         text=True,
@@ -338,7 +341,7 @@ def test_a_recipe_in_any_folder_dry_runs_against_each_snapshot_from_any_director
         env={**os.environ, "NEMO_RL_PATH": str(checkout.root)},
     )
     assert result.returncode == 0, result.stderr
-    assert f"config: {recipe} grpo.adv_estimator.truncation_order=2" in result.stdout
+    assert f"config: {recipe} grpo.adv_estimator.truncation_order=2 " in result.stdout
     assert str(checkout.root) in result.stdout  # NeMo-RL's loader, read from that snapshot
     import yaml
 
@@ -587,7 +590,7 @@ def validate_async(config) -> list[str]:
     return [w for w in validate_run_config(config) if "resumed from a checkpoint" not in w]
 
 
-def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_path):
+def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_path, monkeypatch):
     """NeMo-RL's async trainer reads the training dataloader once and needs a batch beyond the
     last step: MATH train (7,500 prompts when the file is not written yet) is 468 batches of
     16, so 467 steps."""
@@ -600,11 +603,23 @@ def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_pat
     # a written file is counted
     data = tmp_path / "train.jsonl"
     data.write_text("".join(f'{{"problem": "p{i}", "answer": "{i}"}}\n' for i in range(40)))
-    overrides = [f"data.train.data_path={data}", "grpo.max_num_steps=2"]
+    (tmp_path / "prompt.txt").write_text("{}")
+    # the user's own data: the MATH task's prompt, validation set and benchmarks are not
+    # written for it (the dry run refuses them missing: tests/launch/test_local_files.py)
+    overrides = [
+        f"data.train.data_path={data}",
+        "grpo.max_num_steps=2",
+        f"data.default.prompt_file={tmp_path / 'prompt.txt'}",
+        "data.validation=null",
+    ]
+    monkeypatch.chdir(tmp_path)  # where the run starts: the recipe's benchmarks are there
+    for name in ("math500", "olymmath", "amc23", "aime24", "aime25"):
+        (tmp_path / "data" / "validation").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / "validation" / f"{name}.jsonl").write_text("")
     loaded = load_run_config(ASYNC_RECIPE, overrides)
     with pytest.raises(MMPOInputError, match="holds 40 prompts = 2 batches of 16"):
         validate_run_config(loaded.config)
-    one = load_run_config(ASYNC_RECIPE, [*overrides[:1], "grpo.max_num_steps=1"])
+    one = load_run_config(ASYNC_RECIPE, [*overrides[:1], "grpo.max_num_steps=1", *overrides[2:]])
     assert validate_async(one.config) == []
     # the synchronous trainer loops over epochs itself
     loaded = load_run_config(ASYNC_RECIPE, [*overrides, "grpo.async_grpo.enabled=false"])

@@ -124,9 +124,12 @@ def test_the_entry_point_hands_each_recipe_to_its_script(
     data.mkdir()
     for name in ("train.jsonl", "validation.jsonl"):
         (data / name).write_text('{"problem": "1+1", "expected_answer": "2"}\n')
-    overrides = [
+    (data / "prompt.txt").write_text("{}")
+    overrides = [  # the user's data: the MATH task's prompt and benchmarks are not written
         f"data.train.data_path={data / 'train.jsonl'}",
         f"data.validation.data_path={data / 'validation.jsonl'}",
+        f"data.default.prompt_file={data / 'prompt.txt'}",
+        "evaluation.enabled=false",
         f"checkpointing.checkpoint_dir={tmp_path / 'run'}",
     ]
     ran = []

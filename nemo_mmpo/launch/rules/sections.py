@@ -53,7 +53,8 @@ def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     """The tiny CPU rig's ``cpu_backend`` section (typed) when it is enabled; the vLLM engine
     outside colocated ``grpo_train`` (:func:`~nemo_mmpo.cpu.rig.rig_settings.vllm_engine_problem`;
     not for the single controller's own engine);
-    a Megatron layout that does not divide ``megatron_ranks``."""
+    a Megatron layout that does not divide ``megatron_ranks``; the recipe's own problems in the
+    single controller (its rig trains the additions only)."""
     section = value(config, "cpu_backend")
     if not section or not section.get("enabled"):
         return
@@ -66,6 +67,12 @@ def cpu_backend(config: dict[str, Any], findings: Findings) -> None:
     problem = vllm_engine_problem(config) if settings.engine == "vllm" else None
     if problem and not single_controller:
         findings.errors.append(problem)
+    if settings.problems == "recipe" and single_controller:
+        findings.errors.append(
+            "cpu_backend.problems=recipe (the recipe's own data) is not wired into the CPU rig's "
+            "single controller, which trains the rig's additions: set cpu_backend.problems="
+            "addition, or train the recipe with grpo_train (no async_rl section)"
+        )
 
 
 @rule
