@@ -228,6 +228,7 @@ def watch(
             if weights.parent == output_dir:
                 shutil.rmtree(weights, ignore_errors=True)
         idle_since = time.monotonic()
+        evaluated = 0
         while True:
             done = read_steps(output_dir)
             todo = [
@@ -255,7 +256,16 @@ def watch(
                     f"{numbers['never_solved']:.3f} ({numbers['seconds']:.0f} s)"
                 )
                 idle_since = time.monotonic()
+                evaluated += 1
             done = read_steps(output_dir)
+            if not follow and not evaluated:
+                found = sorted(finished_checkpoints(checkpoint_dir))
+                log(
+                    f"watch: nothing to evaluate: checkpoints {found or 'none'} in "
+                    f"{checkpoint_dir}, steps evaluated {sorted(done) or 'none'}; it evaluates "
+                    f"the steps that are multiples of --every {every} (default: the recipe's "
+                    "grpo.val_period)"
+                )
             if not follow or (last_step is not None and last_step in done):
                 return done
             if idle_seconds is not None and time.monotonic() - idle_since > idle_seconds:

@@ -39,6 +39,7 @@ from nemo_mmpo.cpu.rig.policy_start import (
     named_model,
     noter,
     policy_model,
+    recipe_task_start,
     run_summary,
     task_start,
 )
@@ -229,7 +230,12 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     note = noter(console)
     checkpointer = CheckpointManager(master_config.checkpointing)
     checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
-    tokenizer, records, held_out_file = task_start(settings, checkpoint_dir)
+    if settings.problems == "recipe":  # the recipe's own data section, through NeMo-RL's setup
+        tokenizer, records = recipe_task_start(settings, master["data"])
+        held_out_file = None
+    else:
+        tokenizer, records, held_out_file = task_start(settings, checkpoint_dir)
+    task_names = sorted({record["task_name"] for record in records})
     megatron = settings.policy == "megatron"
     if megatron:
         start = megatron_start(settings, tokenizer, master, checkpointer, note)
@@ -273,7 +279,7 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
             "val_dataloader": None,
             "tokenizer": tokenizer,
             "loss_fn": grpo.ClippedPGLossFn(master_config.loss_fn),
-            "task_to_env": {"math": environment},
+            "task_to_env": {name: environment for name in task_names},
             "val_task_to_env": None,
             "logger": ProgressLogger(
                 Logger(master_config.logger), grpo_config["max_num_steps"], console

@@ -47,7 +47,56 @@ def task_start(settings: TinySettings, checkpoint_dir: Path) -> tuple[Any, list[
     return tokenizer, records, held_out_file
 
 
-def run_summary(checkpointer: Any, held_out_file: Path, log_dir: str, note: Any) -> dict:
+#: the chat template the rig's character tokenizer gets for a recipe's own problems: the
+#: messages' text as it is (NeMo-RL's data processors apply a chat template to every prompt;
+#: the prompt file, applied before it, is the user's)
+PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+#: the environment the rig grades with (NeMo-RL's Math-Verify ``MathEnvironment``)
+RIG_ENVIRONMENT = "math"
+
+
+def recipe_task_start(settings: TinySettings, data: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """``(tokenizer, training records)`` from the recipe's own ``data`` section
+    (``cpu_backend.problems: recipe``): NeMo-RL's ``setup_response_data`` reads it as its
+    ``run_grpo.py`` does (a user's JSONL and prompt file, relative to the working directory)
+    with the rig's character tokenizer and a plain chat template; the global RNGs seeded with
+    ``cpu_backend.seed`` first. Every dataset must be graded by NeMo-RL's math environment
+    (``env_name: math``), the one the rig runs."""
+    import copy
+    import random
+
+    import torch
+    from nemo_rl.data.utils import setup_response_data
+
+    from nemo_mmpo.cpu.rig.model import char_tokenizer
+
+    random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    if data.get("use_multiple_dataloader"):
+        raise MMPOInputError(
+            "cpu_backend.problems=recipe reads one training dataloader: set "
+            "data.use_multiple_dataloader=false"
+        )
+    default = data.get("default") or {}
+    train = data["train"] if isinstance(data["train"], list) else [data["train"]]
+    for dataset in train:
+        env_name = {**default, **dataset}.get("env_name")
+        if env_name != RIG_ENVIRONMENT:
+            raise MMPOInputError(
+                f"cpu_backend.problems=recipe grades with NeMo-RL's math environment and a "
+                f"training dataset names env_name={env_name!r}: set env_name: math (or "
+                "data.default.env_name: math)"
+            )
+    tokenizer = char_tokenizer()
+    tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
+    train_data, _ = setup_response_data(tokenizer, copy.deepcopy(data), None)
+    records = [train_data[index] for index in range(len(train_data))]
+    if not records:
+        raise MMPOInputError("cpu_backend.problems=recipe: the recipe's data.train has no problems")
+    return tokenizer, records
+
+
+def run_summary(checkpointer: Any, held_out_file: Path | None, log_dir: str, note: Any) -> dict:
     """Where a finished run wrote things (the newest checkpoint's weights, the held-out file,
     the log directory), noted as one JSON line."""
     import json
@@ -55,7 +104,7 @@ def run_summary(checkpointer: Any, held_out_file: Path, log_dir: str, note: Any)
     latest = checkpointer.get_latest_checkpoint_path()
     summary = {
         "checkpoint": None if latest is None else str(Path(latest) / "policy" / "weights"),
-        "held_out_file": str(held_out_file),
+        "held_out_file": None if held_out_file is None else str(held_out_file),
         "log_dir": log_dir,
     }
     note(json.dumps(summary))

@@ -10,7 +10,10 @@ cpu_backend:
   seed: 0                       # model initialisation, warm start, RL sampling
   learning_rate: 5.0e-5         # the RL policy's AdamW
   model: {hidden_size: 128, num_layers: 2, num_heads: 4}
-  task: {held_out_per_stratum: 60, train_size: 2000, split_seed: 0}
+  problems: addition            # addition: the rig's own sums (task below); recipe: the
+                                # recipe's data section (a user's JSONL), read by NeMo-RL's
+                                # setup_response_data with the rig's character tokenizer
+  task: {held_out_per_stratum: 60, train_size: 2000, split_seed: 0}   # also the warm start's
   warm_start: {target_low: 0.25, target_high: 0.55, learning_rate: 1.0e-3, ...}
   warm_start_cache: results/warm_starts   # null: train the warm start every time
   placement: {}                 # Ray actor options of the generation engine / environment
@@ -57,6 +60,7 @@ class TinySettings(Settings):
     seed: int = 0
     learning_rate: float = Field(5e-5, gt=0.0)
     model: ModelShape = Field(default_factory=ModelShape)
+    problems: Literal["addition", "recipe"] = "addition"
     task: AdditionTask = Field(default_factory=AdditionTask)
     warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
     warm_start_cache: str | None = "results/warm_starts"
