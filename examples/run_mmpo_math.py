@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"run_mmpo_math.py: cannot check the plan with {sys.executable}: it lacks "
             f"{', '.join(missing)}. Install nemo-mmpo with its launch extra into it "
-            "(pip install 'nemo-mmpo[launch]') or use a Python that has them",
+            f'({sys.executable} -m pip install "{REPO_ROOT}[launch]") or use a Python that '
+            "has them",
             file=sys.stderr,
         )
         return environment.CANNOT_CHECK

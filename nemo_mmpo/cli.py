@@ -1,6 +1,6 @@
 """``nemo-mmpo``: one command for every tool, with one error handler.
 
-    nemo-mmpo train --config examples/configs/mmpo_tiny_cpu.yaml [overrides]
+    nemo-mmpo train --config nemo_mmpo/mmpo_tiny_cpu.yaml [overrides]
     nemo-mmpo eval report runs/mmpo.jsonl --out report/
     nemo-mmpo lab compare --steps 3000
     nemo-mmpo cpu spread --out results/spread

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 
 class MMPOInputError(ValueError):
@@ -26,7 +27,23 @@ class TrainingStalledError(RuntimeError):
     """The run stopped making progress; the message says since when and what was waited for."""
 
 
-#: modules nemo-mmpo's commands import from an extra (``pip install 'nemo-mmpo[<extra>]'``)
+#: what to install nemo-mmpo from when it does not run from a source folder: it is not on PyPI
+SOURCE_PLACEHOLDER = "<your nemo-mmpo clone>"
+#: NeMo-RL's own extras the watcher needs in its environment (its uv project's ``--extra``)
+NEMO_RL_WATCHER_EXTRAS = "--extra vllm --extra mcore"
+
+
+def install_command(extra: str) -> str:
+    """The pip command that installs nemo-mmpo with ``extra`` (``launch``, ``eval``, ...), as
+    a user pastes it: from the source folder this copy runs from (a clone), else from the
+    user's clone, named by a marked placeholder (nemo-mmpo is installed from its source, not
+    from PyPI)."""
+    source = Path(__file__).resolve().parents[1]
+    where = str(source) if (source / "pyproject.toml").is_file() else SOURCE_PLACEHOLDER
+    return f'pip install "{where}[{extra}]"'
+
+
+#: modules nemo-mmpo's commands import from an extra (:func:`install_command`)
 EXTRA_OF = {
     "datasets": "eval",
     "pyarrow": "eval",
@@ -57,7 +74,7 @@ def handle(main: Callable[..., int | None], argv: list[str] | None, prog: str) -
             raise
         print(
             f"error: {prog} needs {error.name}, which is not installed here: "
-            f"pip install 'nemo-mmpo[{extra}]'",
+            f"{install_command(extra)}",
             file=sys.stderr,
         )
         return 2

@@ -42,12 +42,12 @@ from types import ModuleType
 from typing import Any
 
 from nemo_mmpo.checkout import CONFIGS_DIR, find_nemo_rl_root
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import MMPOInputError, install_command
 from nemo_mmpo.io import write_text_atomic
 
 LAUNCH_EXTRA = (
     "hydra-core 1.3, omegaconf 2.3 and antlr4-python3-runtime 4.9.3 (NeMo-RL's lock): "
-    "pip install 'nemo-mmpo[launch]'"
+    + install_command("launch")
 )
 
 

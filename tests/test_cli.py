@@ -103,9 +103,10 @@ def test_a_module_of_a_missing_extra_is_one_line_naming_the_extra(capsys):
         raise ModuleNotFoundError("No module named 'datasets'", name="datasets")
 
     assert handle(main, [], "nemo-mmpo train") == 2
+    root = Path(__file__).resolve().parents[1]  # a clone: the command names this folder
     assert capsys.readouterr().err == (
         "error: nemo-mmpo train needs datasets, which is not installed here: "
-        "pip install 'nemo-mmpo[eval]'\n"
+        f'pip install "{root}[eval]"\n'
     )
 
     def other(argv, prog):
@@ -113,3 +114,43 @@ def test_a_module_of_a_missing_extra_is_one_line_naming_the_extra(capsys):
 
     with pytest.raises(ModuleNotFoundError):  # not an extra's: a bug, with its traceback
         handle(other, [], "nemo-mmpo train")
+
+
+def test_install_commands_paste(tmp_path, monkeypatch):
+    """The pip command an error prints installs for real: pip accepts ``"<folder>[extra]"``
+    (a dry run of it, offline, resolves this clone's name and extra); an installed copy (no
+    source folder beside it) names the user's clone with a marked placeholder."""
+    import subprocess
+    import sys
+
+    from nemo_mmpo import errors
+
+    command = errors.install_command("launch")
+    root = Path(__file__).resolve().parents[1]
+    assert command == f'pip install "{root}[launch]"'
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--report",
+            str(report),
+            "-q",
+            f"{root}[launch]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (installed,) = __import__("json").loads(report.read_text())["install"]
+    assert installed["metadata"]["name"] == "nemo-mmpo"
+    assert installed["requested_extras"] == ["launch"]
+    monkeypatch.setattr(errors, "__file__", str(tmp_path / "site-packages" / "nemo_mmpo" / "x.py"))
+    assert errors.install_command("eval") == f'pip install "{errors.SOURCE_PLACEHOLDER}[eval]"'

@@ -6,7 +6,7 @@ python -m nemo_mmpo.eval generate --backend hf --model tiny/ --out runs/tiny.jso
 python -m nemo_mmpo.eval grade --gold 25 --prediction '\\boxed{025}'
 python -m nemo_mmpo.eval report MMPO=runs/mmpo.jsonl GRPO=runs/grpo.jsonl --out report/
 python -m nemo_mmpo.eval synthetic --out runs/demo    # two synthetic runs to try report on
-nemo-mmpo eval watch --config examples/configs/mmpo_math_qwen3_1.7b.yaml --follow  # alongside
+nemo-mmpo eval watch --config nemo_mmpo/mmpo_math_qwen3_1.7b.yaml --follow  # alongside
 nemo-mmpo eval watch --config results/mmpo_qwen3_1.7b/nemo_mmpo_recipe.yaml  # as the run started
 nemo-mmpo eval watch --config my_recipe.yaml --check   # what it would watch, without watching
 nemo-mmpo eval summary logs/mmpo_qwen3_1.7b/evaluation   # the selected step, the final one, curves
@@ -142,7 +142,12 @@ def watch(args: argparse.Namespace) -> None:
     config = loaded.config  # its relative paths (checkpoints, logs, data): from here, as train's
     settings = read_settings(config.get("evaluation"))
     if not settings.enabled:
-        raise MMPOInputError("evaluation.enabled is false in this recipe: nothing to watch for")
+        raise MMPOInputError(
+            "evaluation.enabled is false in this recipe (base/mmpo_common.yaml's default): "
+            "nothing to watch for. Name your held-out problems and turn it on, in the recipe or "
+            "as overrides: evaluation.enabled=true evaluation.benchmarks.<name>=<your JSONL "
+            "with problem and answer> (docs/evaluation.md)"
+        )
     if not config["checkpointing"].get("enabled", True):
         raise MMPOInputError(
             "checkpointing.enabled is false in this recipe: the run saves no checkpoints to "

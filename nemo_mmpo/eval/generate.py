@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import NEMO_RL_WATCHER_EXTRAS, MMPOInputError, install_command
 from nemo_mmpo.eval.rollouts import read_jsonl_tolerant
 
 #: Samples per problem by default: 16 everywhere, so every section of the report is filled
@@ -87,8 +87,10 @@ class VLLMSampler:
             from vllm import LLM
         except ImportError as error:
             raise MMPOInputError(
-                "generation needs vLLM (and a GPU): run inside NeMo-RL's environment or "
-                "`pip install vllm`; analysis of existing rollout files does not"
+                "generation needs vLLM (and a GPU): run it in NeMo-RL's environment with "
+                "its vllm extra (the container has it; a checkout: `uv run --project "
+                f"$NEMO_RL_PATH {NEMO_RL_WATCHER_EXTRAS} nemo-mmpo eval ...`), or use "
+                "--backend hf; analysis of existing rollout files needs neither"
             ) from error
         self.engine = LLM(
             self.model,
@@ -180,7 +182,7 @@ class TransformersSampler:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as error:
             raise MMPOInputError(
-                "--backend hf needs transformers: pip install 'nemo-mmpo[hf]'"
+                f"--backend hf needs transformers: {install_command('hf')}"
             ) from error
         if not Path(self.model).is_dir():
             raise MMPOInputError(

@@ -67,12 +67,14 @@ def reexecute_in_nemo_rl(
     NeMo-RL's container uv's own variables (``UV_PROJECT_ENVIRONMENT``, ``UV_NO_SYNC``) make
     that the prepared environment, with no sync."""
     if not can_reexecute():
+        source = Path(pythonpath)
+        source = str(source) if (source / "pyproject.toml").is_file() else "<your nemo-mmpo clone>"
         sys.exit(
             f"{prog}: {reason}. Run it inside NeMo-RL's environment (its container, with "
-            "nemo-mmpo installed there: pip install nemo-mmpo), or set NEMO_RL_PATH=<your "
-            "NeMo-RL v0.7.0 checkout, cloned with --recursive> and have `uv` on PATH, which "
-            "moves it there. For a plan without NeMo-RL use --dry-run (pip install "
-            "'nemo-mmpo[launch]')."
+            f'nemo-mmpo installed there: pip install --no-deps "{source}"), or set '
+            "NEMO_RL_PATH=<your NeMo-RL v0.7.0 checkout, cloned with --recursive> and have "
+            "`uv` on PATH, which moves it there. For a plan without NeMo-RL use --dry-run "
+            f'(pip install "{source}[launch]").'
         )
     root, uv = nemo_rl_root_without_imports(), uv_executable()
     environment = dict(os.environ, NEMO_RL_PATH=str(root))

@@ -49,7 +49,7 @@ def data_plane_problem(master: dict[str, Any], policy: str, asynchronous: bool) 
         return (
             "data_plane.enabled=true trains with NeMo-RL's TQPolicy, which the CPU rig builds "
             "over NeMo-RL's MegatronPolicyWorker: set cpu_backend.policy=megatron (and "
-            "cpu_backend.engine=vllm), as examples/configs/mmpo_tiny_cpu_sync.yaml does"
+            "cpu_backend.engine=vllm), as nemo_mmpo/mmpo_tiny_cpu_sync.yaml does"
         )
     return None
 

@@ -1,6 +1,6 @@
 """MMPO (or any estimator) in NeMo-RL's own GRPO loop on a laptop: a tiny model learning sums.
 
-``examples/run_mmpo_math.py --config examples/configs/mmpo_tiny_cpu.yaml`` lands in :func:`run`
+``examples/run_mmpo_math.py --config nemo_mmpo/mmpo_tiny_cpu.yaml`` lands in :func:`run`
 when the recipe has ``cpu_backend.enabled: true``. What is ours and what is NeMo-RL's:
 
 - ours: the CPU policy and generation engines (:mod:`nemo_mmpo.cpu.engines.policy`,

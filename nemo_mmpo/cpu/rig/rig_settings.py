@@ -74,7 +74,7 @@ class TinySettings(Settings):
             raise MMPOInputError(
                 f"{CPU_SECTION}.policy=megatron (NeMo-RL's MegatronPolicyWorker) refits NeMo-RL's "
                 f"vLLM generation: set {CPU_SECTION}.engine=vllm (it is {self.engine}), as "
-                "examples/configs/mmpo_tiny_cpu_megatron.yaml does"
+                "nemo_mmpo/mmpo_tiny_cpu_megatron.yaml does"
             )
         return self
 
@@ -197,14 +197,14 @@ def vllm_engine_problem(config: dict[str, Any]) -> str | None:
             f"cpu_backend.engine=vllm with grpo.async_grpo.enabled=true runs vLLM as NeMo-RL's "
             f"separate async engine: set policy.generation.colocated.enabled=false (it is "
             f"{colocated}) and policy.generation.vllm_cfg.async_engine=true (it is "
-            f"{async_engine}), as examples/configs/mmpo_tiny_cpu_async_vllm.yaml does"
+            f"{async_engine}), as nemo_mmpo/mmpo_tiny_cpu_async_vllm.yaml does"
         )
     if not asynchronous and (not colocated or async_engine):
         return (
             f"cpu_backend.engine=vllm with grpo_train runs vLLM colocated with the policy: set "
             f"policy.generation.colocated.enabled=true (it is {colocated}) and "
             f"policy.generation.vllm_cfg.async_engine=false (it is {async_engine}), as "
-            f"examples/configs/mmpo_tiny_cpu_vllm.yaml does; or grpo.async_grpo.enabled=true "
+            f"nemo_mmpo/mmpo_tiny_cpu_vllm.yaml does; or grpo.async_grpo.enabled=true "
             f"for vLLM as a separate engine"
         )
     return None

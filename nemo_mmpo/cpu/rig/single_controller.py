@@ -54,7 +54,7 @@ def problem(policy: str, engine: str) -> str | None:
             "async_rl: NeMo-RL's single controller trains through MegatronPolicyWorker's split "
             "training API and generates with vLLM's async engine only: set "
             "cpu_backend.policy=megatron and cpu_backend.engine=vllm, as "
-            "examples/configs/mmpo_tiny_cpu_single_controller.yaml does"
+            "nemo_mmpo/mmpo_tiny_cpu_single_controller.yaml does"
         )
     return None
 
