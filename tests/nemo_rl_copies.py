@@ -61,3 +61,52 @@ def run_in(nemo_rl_root: Path, code: str = INSTALL) -> subprocess.CompletedProce
         env=environment,
         timeout=patience.COMMAND_S,
     )
+
+
+#: NeMo-RL #3773 as merged (``feat(sc): support PPO in single controller``; setup.py and
+#: config.py read at NeMo-RL commit 44e17198 with the search tools): the single controller's
+#: ``setup.py`` no longer imports ``_create_advantage_estimator``; ``setup_single_controller``
+#: calls ``_build_advantage_estimator(master_config)``, which imports ppo's factory for a PPO
+#: run (``is_ppo_run``: a ``ppo`` block in the config) and grpo's otherwise, inside its body.
+SINGLE_CONTROLLER_BUILDER = '''\
+def _build_advantage_estimator(master_config: MasterConfig) -> Any:
+    """Build the advantage estimator from whichever algorithm's factory applies."""
+    if is_ppo_run(master_config):
+        from nemo_rl.algorithms.ppo import _create_advantage_estimator
+
+        return _create_advantage_estimator(cast(PPOMasterConfig, master_config))
+    else:
+        from nemo_rl.algorithms.grpo import _create_advantage_estimator
+
+        return _create_advantage_estimator(cast(GrpoMasterConfig, master_config))
+'''
+IS_PPO_RUN = """\
+def is_ppo_run(master_config: MasterConfig) -> bool:
+    return getattr(master_config, "ppo", None) is not None
+"""
+
+
+def single_controller_builder_3773(algorithms: Path, builder: str = SINGLE_CONTROLLER_BUILDER):
+    """The copy's single-controller setup (``algorithms``: :func:`nemo_rl_copy`'s folder)
+    changed as #3773 changed it: the estimator built by ``builder`` (#3773's
+    ``_build_advantage_estimator`` unless a test passes another), NeMo-RL main's other code
+    as it is. Returns the changed ``setup.py``."""
+    folder = algorithms / "single_controller_utils"
+    setup = folder / "setup.py"
+    edit(setup, "    _create_advantage_estimator,\n", "")
+    substitute(
+        setup,
+        r"advantage_estimator = _create_advantage_estimator\(\s*cast\(GrpoMasterConfig, "
+        r"master_config\)\s*\)",
+        "advantage_estimator = _build_advantage_estimator(master_config)",
+    )
+    edit(
+        setup,
+        "from nemo_rl.algorithms.grpo import MasterConfig as GrpoMasterConfig\n",
+        "from nemo_rl.algorithms.grpo import MasterConfig as GrpoMasterConfig\n"
+        "from nemo_rl.algorithms.ppo import MasterConfig as PPOMasterConfig\n"
+        "from nemo_rl.algorithms.single_controller_utils.config import is_ppo_run\n",
+    )
+    append(folder / "config.py", IS_PPO_RUN)
+    append(setup, builder)
+    return setup

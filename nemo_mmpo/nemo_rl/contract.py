@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib.util
 import io
 import re
 import sys
@@ -209,7 +210,29 @@ def path_problems(module: Any, name: str, original: Any, callers: Iterable[str])
     return problems
 
 
-def _called_in(module: Any, name: str) -> bool:
+def local_importers(module: Any, name: str) -> dict[str, set[str]]:
+    """``{function: modules}``: each top-level function of ``module`` that imports ``name``
+    inside its body (``from M import name``, relative imports resolved), with the modules ``M``
+    it imports it from; such a function reads the name from ``M`` when it runs, so it reaches
+    whatever ``install()`` put there (NeMo-RL's #3773: the single controller's
+    ``_build_advantage_estimator`` imports grpo's or ppo's ``_create_advantage_estimator``).
+    Empty where the source is unreadable."""
+    tree = _module_tree(module)
+    found: dict[str, set[str]] = {}
+    package = getattr(module, "__package__", None) or ""
+    for function in getattr(tree, "body", []):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names):
+                source = "." * node.level + (node.module or "")
+                if node.level:
+                    source = importlib.util.resolve_name(source, package)
+                found.setdefault(function.name, set()).add(source)
+    return found
+
+
+def called_in(module: Any, name: str) -> bool:
     """Whether a function of ``module`` calls the global ``name``."""
     tree = _module_tree(module)
     return tree is not None and any(
@@ -237,7 +260,7 @@ def stray_references(
         for attribute, item in list(vars(module).items()):
             if id(item) not in originals or (module_name, attribute) in wrapped:
                 continue
-            if _called_in(module, attribute):
+            if called_in(module, attribute):
                 problems.append(
                     f"{module_name}.{attribute} is NeMo-RL's {originals[id(item)]}, which "
                     f"{module_name} calls there, past nemo-mmpo's hook"

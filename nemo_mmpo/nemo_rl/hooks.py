@@ -30,7 +30,11 @@ calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
   and ``validate_sync`` (:236 / :226, called at :510 and :1016) as ``validate`` above.
 - ``single_controller_utils.setup`` (main only): the factory (setup.py:784) as above, building
   the estimator with ``streaming_chunks=True``, and ``ClippedPGLossFn`` (:787), which refuses
-  ``dmpo`` (the single controller never calls the penalties hook).
+  ``dmpo`` (the single controller never calls the penalties hook). Where ``setup.py`` imports
+  the factory inside a function instead (NeMo-RL's merged #3773: ``_build_advantage_estimator``
+  imports grpo's, or ppo's for a PPO run, when it runs), the hook follows the factory
+  (:attr:`Hook.follow`): that function is hooked, and the factory hook it reaches builds on the
+  single controller's terms; an import from a module whose factory is not hooked is refused.
 - ``single_controller`` (main only): ``reduce_advantage_pump_metrics`` (single_controller.py:1074,
   once per step inside the ``SingleControllerActor``, after the step's chunks): also adds the
   step's ``mmpo/`` metrics, combined over its chunks. The estimator is built on the driver and
@@ -92,7 +96,9 @@ from nemo_mmpo.nemo_rl.actor_hooks import (
 )
 from nemo_mmpo.nemo_rl.contract import (
     SUPPORTED,
+    called_in,
     estimator_clashes,
+    local_importers,
     loss_clashes,
     nemo_rl_version,
     path_problems,
@@ -135,6 +141,13 @@ class Hook:
     (:func:`~nemo_mmpo.nemo_rl.contract.estimator_clashes`, ``loss_clashes``); ``required``: a
     module without the name is refused (otherwise it is hooked where present, and a recipe
     that needs it is refused before the first step where it is absent).
+
+    ``follow``: the modules where the name is hooked too; each function of this module that
+    imports the name from one of them inside its body (NeMo-RL #3773's
+    ``_build_advantage_estimator``) reaches that module's hook when it runs, and is hooked with
+    ``follow_wrap`` (which gives the call this module's terms, reading ``master_config``); such
+    a function stands in for the name where the module lacks it, and one importing it from
+    elsewhere is refused.
     """
 
     wrap: Callable[[Any], Any]
@@ -142,6 +155,8 @@ class Hook:
     callers: tuple[str, ...] = ()
     answers_ours: str = ""
     required: bool = True
+    follow: tuple[str, ...] = ()
+    follow_wrap: Callable[[Any], Any] | None = None
 
 
 _TRAINERS = ("grpo_train", "async_grpo_train")
@@ -182,11 +197,15 @@ HOOKS: dict[str, dict[str, Hook]] = {
         ),
     },
     SINGLE_CONTROLLER: {
+        # main: imported from grpo and called by setup_single_controller (setup.py:784); #3773:
+        # imported from grpo or ppo inside _build_advantage_estimator, which is hooked instead
         "_create_advantage_estimator": Hook(
             wrappers.single_controller_estimator_factory,
             ("master_config",),
             ("setup_single_controller",),
             "estimator",
+            follow=(GRPO, PPO, GRPO_SYNC),
+            follow_wrap=wrappers.single_controller_builder,
         ),
         "ClippedPGLossFn": Hook(
             wrappers.single_controller_loss_factory, ("cfg",), ("setup_single_controller",), "loss"
@@ -272,6 +291,36 @@ def _contract_problems(module: Any, name: str, original: Any, hook: Hook) -> lis
     return problems
 
 
+def _followed(module: Any, name: str, hook: Hook) -> tuple[list, list[str]]:
+    """The functions of ``module`` that import ``name`` inside their body (:data:`Hook.follow`),
+    as hook points, and what breaks the contract there: an import from a module where ``name``
+    is not hooked (the function would reach NeMo-RL's original), a function of another name
+    under its name, or one no function of the module calls by its name."""
+    points, problems = [], []
+    for function, sources in sorted(local_importers(module, name).items()):
+        where = f"{module.__name__}.{function}"
+        unhooked = sorted(set(sources) - set(hook.follow))
+        if unhooked:
+            problems.append(
+                f"{where} imports {name} from {', '.join(unhooked)}, where nemo-mmpo does not "
+                f"hook it (only in {', '.join(hook.follow)}): it would build NeMo-RL's "
+                "estimator past nemo-mmpo's hook"
+            )
+        current = getattr(module, function, None)
+        if current is None or hook.follow_wrap is None:
+            continue
+        original = getattr(current, MARK, current)
+        follower = Hook(hook.follow_wrap, ("master_config",))
+        problems += _contract_problems(module, function, original, follower)
+        if not called_in(module, function):
+            problems.append(
+                f"no function of {module.__name__} calls {function} by that name (renamed, "
+                "called through a module, or not called): nemo-mmpo's hook would never run"
+            )
+        points.append((module, function, original, follower))
+    return points, problems
+
+
 def _hook_points(loss: bool) -> list[tuple[Any, str, Any, Hook]]:
     """``(module, name, NeMo-RL's original, hook)`` for every name to hook; raises one error
     listing every break of the contract, before anything is wrapped."""
@@ -288,9 +337,15 @@ def _hook_points(loss: bool) -> list[tuple[Any, str, Any, Hook]]:
                 left.append((module_name, name))
                 continue
             current = getattr(module, name, None)
+            followed, trouble = _followed(module, name, hook) if hook.follow else ([], [])
+            points += followed
+            problems += trouble
             if current is None:
-                if hook.required:
-                    problems.append(f"{module_name} has no attribute {name!r}")
+                if hook.required and not followed:
+                    problems.append(
+                        f"{module_name} has no attribute {name!r}"
+                        + (", and none of its functions imports it" if hook.follow else "")
+                    )
                 continue
             original = getattr(current, MARK, current)
             problems += _contract_problems(module, name, original, hook)

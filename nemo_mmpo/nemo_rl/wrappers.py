@@ -9,6 +9,7 @@ logging hook takes, and the generation engine of the ``grpo_train_sync`` call in
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import sys
@@ -47,6 +48,12 @@ _sync_generation: Any = None
 #: The losses of the hooked GRPO trainer calls in progress, innermost last: the loss that trains
 #: (the penalties hook adds DMPO's terms only when it is DMPO's).
 _training_losses: list[Any] = []
+#: ``(problem, streaming_chunks)`` of the trainer whose estimator builder is running (NeMo-RL
+#: #3773: the single controller's ``_build_advantage_estimator`` imports grpo's factory inside
+#: its body): the factory hook it reaches builds on those terms instead of its own.
+_builder_terms: contextvars.ContextVar[tuple[Problem | None, bool] | None] = contextvars.ContextVar(
+    "nemo_mmpo_builder_terms", default=None
+)
 
 
 def bound_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -67,7 +74,9 @@ def estimator_factory(
     def create_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
         global _built_estimator
         master_config = bound_arguments(original, args, kwargs)["master_config"]
-        refuse(problem, master_config)
+        terms = _builder_terms.get()
+        chunks = streaming_chunks if terms is None else terms[1]
+        refuse(problem if terms is None else terms[0], master_config)
         estimator_config = sections.value(master_config, "grpo.adv_estimator")
         _built_estimator = None
         name = sections.value(estimator_config, "name")
@@ -76,7 +85,7 @@ def estimator_factory(
         estimator = MMPOAdvantageEstimator(
             estimator_config,
             sections.value(master_config, "loss_fn"),
-            streaming_chunks=streaming_chunks,
+            streaming_chunks=chunks,
         )
         print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
         clipping = advantage_clip_warning(estimator.settings, sections.value(master_config, "grpo"))
@@ -276,6 +285,44 @@ def single_controller_estimator_factory(original: Any) -> Any:
     that builds its own loss (``install(loss=False)``)."""
     trainer = "single controller (run_grpo_single_controller.py)"
     return estimator_factory(original, in_master_config(dmpo_refused(trainer)), True)
+
+
+def single_controller_builder(original: Any) -> Any:
+    """A function of the single controller's setup that imports an estimator factory inside its
+    body (NeMo-RL #3773: ``_build_advantage_estimator``, grpo's factory for a GRPO run, ppo's
+    for a PPO run): the factory hook it reaches builds on the single controller's terms
+    (streaming chunks, DMPO refused), as :func:`single_controller_estimator_factory` does where
+    setup.py imports the factory itself. Whatever it reaches, a ``grpo.adv_estimator.name`` of
+    ours that does not come back as our estimator stops the run in one line."""
+    trainer = "single controller (run_grpo_single_controller.py)"
+    terms = (in_master_config(dmpo_refused(trainer)), True)
+
+    @functools.wraps(original)
+    def build_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
+        master_config = bound_arguments(original, args, kwargs)["master_config"]
+        token = _builder_terms.set(terms)
+        try:
+            built = original(*args, **kwargs)
+        finally:
+            _builder_terms.reset(token)
+        name = sections.value(master_config, "grpo.adv_estimator.name")
+        if is_our_estimator(name) and not (
+            isinstance(built, MMPOAdvantageEstimator) and built.streaming_chunks
+        ):
+            from nemo_mmpo.nemo_rl.contract import nemo_rl_version
+
+            raise MMPOInputError(
+                f"grpo.adv_estimator.name={name}: NeMo-RL {nemo_rl_version()}'s {trainer} built "
+                f"{type(built).__module__}.{type(built).__qualname__} through "
+                f"{original.__module__}.{original.__name__}, not nemo-mmpo's streaming estimator: "
+                "its factory is not one nemo-mmpo hooks; please report the NeMo-RL version"
+            )
+        if isinstance(built, MMPOAdvantageEstimator):
+            where = f"{original.__module__}.{original.__name__}"
+            print(f"  ✓ nemo-mmpo: the {trainer}'s estimator, built through {where}")
+        return built
+
+    return build_advantage_estimator
 
 
 def advantage_actor_pool(original: Any) -> Any:

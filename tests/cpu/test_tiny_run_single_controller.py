@@ -5,6 +5,13 @@
 own, the collective weight synchronizer and TransferQueue; the CPU rig answers only the clusters,
 the engines on them and the dataset (``nemo_mmpo/cpu/answers/single_controller.py``).
 
+The run trains NeMo-RL main with its merged #3773 (issue 69): a copy of the imported NeMo-RL
+whose ``setup.py`` builds the estimator in ``_build_advantage_estimator``, which imports grpo's
+factory inside its body (``nemo_rl_copies.single_controller_builder_3773``), first on both runs'
+``PYTHONPATH``; both runs are subprocesses, as this process imported the snapshot's NeMo-RL.
+Main's own shape, setup.py importing the factory, is hooked as before (the adapter tests,
+``tests/nemo_rl_adapter/test_single_controller_metrics.py``): one run, the newer shape.
+
 What holds by construction, checked on one run killed with SIGKILL after step 2's checkpoint
 and resumed: the trainer is the single controller (its own step metrics, e.g. the prompt groups
 it promoted, are logged every step: no other trainer logs them); every step carries our
@@ -20,13 +27,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 
 import patience
 import pytest
 from in_loop_evaluation import HELD_OUT_PROBLEMS, start_watcher
-from killed_runs import check_on_policy, run_until_step_then_kill
+from killed_runs import (
+    as_in_nemo_rls_container,
+    check_on_policy,
+    run_until_step_then_kill,
+)
 from learning_check import fifty_step_overrides
+from nemo_rl_copies import ROOT, nemo_rl_copy, single_controller_builder_3773
 from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot, pytest.mark.long_run]
@@ -48,6 +61,11 @@ STEPS = 4
 CONTROLLER_METRIC = "train/promoted_prompt_groups"
 #: our estimator's success rate, combined over the controller's streaming chunks
 MMPO_METRIC = "train/mmpo/success_rate"
+#: what the hooked builder of #3773 prints when it builds our estimator (wrappers.py)
+BUILT_THROUGH_3773 = (
+    "estimator, built through nemo_rl.algorithms.single_controller_utils.setup."
+    "_build_advantage_estimator"
+)
 #: the watcher's samples per held-out problem
 WATCH_SAMPLES = 1
 
@@ -60,8 +78,12 @@ def report(request, line: str) -> None:
 
 
 def test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_the_watcher(
-    request, tmp_path, tiny_warm_starts
+    request, tmp_path, tiny_warm_starts, monkeypatch
 ):
+    # NeMo-RL main with #3773's single-controller setup, for both runs (their subprocesses)
+    copy = tmp_path / "nemo-rl-3773"
+    single_controller_builder_3773(nemo_rl_copy(copy))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(copy), os.environ["PYTHONPATH"]]))
     overrides = [
         *fifty_step_overrides(tmp_path, tiny_warm_starts),
         f"grpo.max_num_steps={STEPS}",
@@ -77,13 +99,26 @@ def test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_
     weights, optimizer = checkpoint.CheckpointManager.get_resume_paths(checkpoints / "step_2")
     assert weights is not None and optimizer is not None, killed[-3000:]
 
-    # the resumed run, in this process
-    console = Console()
-    summary = driver.run(load(CONFIGS_DIR / RECIPE, overrides).config, console=console)
-    (resumed,) = [line for line in console.lines if "resuming from" in line]
+    # the resumed run: the same command, to its end
+    uv_run, environment = as_in_nemo_rls_container()
+    command = [*uv_run, str(ROOT / "examples" / "run_mmpo_math.py"), "--config"]
+    finished = patience.run(
+        [*command, str(CONFIGS_DIR / RECIPE), *overrides],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=patience.RUN_S,
+    )
+    terminal = finished.stdout + finished.stderr
+    assert finished.returncode == 0, terminal[-3000:]
+    (resumed,) = [line for line in terminal.splitlines() if "resuming from" in line]
     start = int(resumed.rsplit("step_", 1)[1].split()[0].rstrip("/):,."))
     assert start in (2, 3), resumed  # the killed run may have saved nothing after step 2
-    assert summary["checkpoint"] == str(checkpoints / f"step_{STEPS}" / "policy" / "weights")
+    assert (checkpoints / f"step_{STEPS}" / "policy" / "weights").is_dir(), terminal[-3000:]
+    # both runs built the estimator through the copy's #3773 builder, hooked (NeMo-RL's log)
+    nemo_rl_log = (tmp_path / "logs" / "nemo_rl.log").read_text()
+    assert nemo_rl_log.count(BUILT_THROUGH_3773) == 2, nemo_rl_log[-3000:]
 
     logs = tmp_path / "logs"
     rewards = dict(reward_curve(logs, "train/reward"))
@@ -106,7 +141,8 @@ def test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_
 
     report(
         request,
-        f"megatron-worker {nemo_rl_checkout().name}: NeMo-RL's single controller "
+        f"megatron-worker {nemo_rl_checkout().name} with #3773's setup "
+        "(_build_advantage_estimator): NeMo-RL's single controller "
         f"(setup_single_controller, SingleControllerActor; TQPolicy over MegatronPolicyWorker "
         f"TP2, async vLLM in its own cluster) trained {RECIPE} with mmpo for {STEPS} steps, "
         f"mmpo/ metrics from the controller's chunks at steps {sorted(trained)}, killed with "
