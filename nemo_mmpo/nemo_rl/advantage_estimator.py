@@ -54,6 +54,27 @@ def advantage_result_type() -> type | None:
     return getattr(advantage_estimator, "AdvantageResult", None)
 
 
+#: our own keyword for row validity (``[batch]``, 0: the row takes no part in its group)
+VALID_MASK = "valid_mask"
+
+
+def row_mask_keywords() -> tuple[str, ...]:
+    """The keywords NeMo-RL passes row validity under: ``valid_mask`` (#3837, #4158), and every
+    ``*_mask`` parameter but the token ``mask`` that NeMo-RL's own GRPO estimator declares in
+    ``compute_advantage`` (read from its signature, so a NeMo-RL that passes it as, say,
+    ``sample_mask=`` has our estimator read it too, not swallow it in ``**kwargs``)."""
+    import inspect
+
+    try:
+        from nemo_rl.algorithms.advantage_estimator import GRPOAdvantageEstimator
+
+        parameters = inspect.signature(GRPOAdvantageEstimator.compute_advantage).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return (VALID_MASK,)
+    theirs = [name for name in parameters if name.endswith("_mask") and name != VALID_MASK]
+    return (VALID_MASK, *theirs)
+
+
 def _non_binary_hint(error: MMPOInputError) -> MMPOInputError:
     message = str(error)
     if "binary" not in message:
@@ -131,6 +152,8 @@ class MMPOAdvantageEstimator:
         self.objective = self.settings.objective
         self.last_metrics: dict[str, float] = {}
         self.result_type = advantage_result_type()
+        #: the keywords row validity may arrive under, read from NeMo-RL's estimator
+        self.row_mask_keywords = row_mask_keywords()
         self._untaken_metrics: dict[str, float] = {}
 
     def compute_advantage(
@@ -148,11 +171,17 @@ class MMPOAdvantageEstimator:
             rewards: ``[batch]`` verifier rewards (0/1 unless ``reward_threshold`` is set).
             mask: ``[batch, seq_len]`` token mask (``token_mask * sample_mask``), used for
                 the output shape and the token-weighted metrics, as in NeMo-RL's estimators.
-            valid_mask: optional ``[batch]``; 0 rows take no part in their group's statistics.
+            valid_mask: optional ``[batch]``; 0 rows take no part in their group's statistics
+                (also read under the ``*_mask`` keyword NeMo-RL's own GRPO estimator declares:
+                :func:`row_mask_keywords`).
 
         Returns:
             ``[batch, seq_len]`` advantages (each row constant), rewards' dtype and device.
         """
+        if valid_mask is None:  # under NeMo-RL's own keyword (row_mask_keywords)
+            keywords = getattr(self, "row_mask_keywords", (VALID_MASK,))
+            given = [kwargs[key] for key in keywords if kwargs.get(key) is not None]
+            valid_mask = given[0] if given else None
         group_ids = group_ids_from_prompt_rows(prompt_ids.to(rewards.device))
         valid = None if valid_mask is None else valid_mask.to(rewards.device).bool()
         try:

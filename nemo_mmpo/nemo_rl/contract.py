@@ -8,8 +8,10 @@
 - its own estimator factory builds something under one of our names
   (:func:`estimator_clashes`): the factory is called with each of our names on a minimal config
   and must answer as it answers a name nobody uses (its unknown-name error, whatever raises it:
-  an ``if``/``elif``, a registry, a ``Literal``); likewise its loss, built with our
-  ``loss_fn.name`` (:func:`loss_clashes`), must be what it builds without one;
+  an ``if``/``elif``, a registry, a ``Literal``); an unknown-name error that does not name the
+  name (the factory failed before reading it) is asked again on NeMo-RL's full default config,
+  and refused where that is blind too; likewise its loss, built with our ``loss_fn.name``
+  (:func:`loss_clashes`), must be what it builds without one;
 - a hooked name is not on the trainer's path (:func:`path_problems`): the object under the name
   is a function (or class) of another name (an alias kept for an old name), or a trainer that
   should call it no longer refers to it by that name (renamed, called module-qualified, or not
@@ -31,7 +33,7 @@ import io
 import re
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 #: the oldest NeMo-RL nemo-mmpo installs into
@@ -97,23 +99,60 @@ def _answer(error: BaseException, name: str) -> tuple[type, str]:
     return type(error), str(error).replace(name, "<name>")
 
 
-def estimator_clashes(factory: Any, names: Iterable[str]) -> dict[str, str]:
+def section(values: Any) -> Any:
+    """``values`` (plain dicts and lists, e.g. a loaded YAML) as config sections read both ways
+    (:class:`_Section`)."""
+    if isinstance(values, dict):
+        return _Section({key: section(value) for key, value in values.items()})
+    if isinstance(values, list):
+        return [section(value) for value in values]
+    return values
+
+
+def estimator_clashes(
+    factory: Any, names: Iterable[str], default_config: Callable[[], Any] | None = None
+) -> dict[str, str]:
     """``{name: what NeMo-RL's factory did}`` for each of ``names`` it does not refuse as it
     refuses :data:`UNKNOWN_NAME` (same error type, same message but for the name); every name
-    when it answers that one without an error (nothing then tells its names from others)."""
+    when it answers that one without an error (nothing then tells its names from others).
+
+    The factory is asked on a minimal config. Where its error for the unknown name does not
+    name it, it failed before it read the name: every name would fail alike and a clash go
+    unseen. It is then asked again on NeMo-RL's own full default config
+    (``default_config()``: ``(config for a name, where it was read)``, or ``(None, "")``);
+    where that does not reach the name either (or there is none), ``{"": why}``."""
     names = list(names)
-    _, unknown = _quietly(factory, _estimator_config(UNKNOWN_NAME))
-    if unknown is None:
-        return dict.fromkeys(names, f"answers an unknown name ({UNKNOWN_NAME!r}) without an error")
+    config_of, tried, blind = _estimator_config, ["a minimal config"], []
+    while True:
+        _, unknown = _quietly(factory, config_of(UNKNOWN_NAME))
+        if unknown is None:
+            return dict.fromkeys(
+                names, f"answers an unknown name ({UNKNOWN_NAME!r}) without an error"
+            )
+        if UNKNOWN_NAME in str(unknown):
+            break
+        blind.append(f"{type(unknown).__name__}({str(unknown)[:80]!r})")
+        fuller, source = default_config() if default_config and len(tried) == 1 else (None, "")
+        if fuller is None:
+            return {
+                "": f"answers the probe's unknown estimator name {UNKNOWN_NAME!r} with "
+                f"{' and '.join(blind)}, an error that does not name it, on "
+                f"{' and on '.join(tried)}: it fails before it reads the name, so nemo-mmpo "
+                f"cannot check that NeMo-RL builds nothing under {', '.join(names)}"
+            }
+        config_of = fuller
+        tried.append(f"NeMo-RL's {source}")
     refusal = _answer(unknown, UNKNOWN_NAME)
+    on = f"on {tried[-1]}, " if len(tried) > 1 else ""  # said where it is not the minimal one
     clashes = {}
     for name in names:
-        built, error = _quietly(factory, _estimator_config(name))
+        built, error = _quietly(factory, config_of(name))
         if error is None:
-            clashes[name] = f"builds {type(built).__name__}"
+            clashes[name] = f"{on}builds {type(built).__name__}"
         elif _answer(error, name) != refusal:
             clashes[name] = (
-                f"answers {type(error).__name__}({str(error)[:80]!r}), not its unknown-name error"
+                f"{on}answers {type(error).__name__}({str(error)[:80]!r}), not its unknown-name "
+                "error"
             )
     return clashes
 

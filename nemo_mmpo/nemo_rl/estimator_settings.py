@@ -280,15 +280,27 @@ def group_size_problem(settings: EstimatorSettings, group_size: int) -> str | No
 ADVANTAGE_CLIP_KEYS = ("advantage_clip_low", "advantage_clip_high")
 
 
-def advantage_clip_warning(settings: EstimatorSettings, grpo_config: Any) -> str | None:
-    """One line when ``grpo.advantage_clip_low``/``_high`` are set: NeMo-RL clamps the
-    advantages our estimator computed, so the run does not train the chosen objective's
-    gradient; None when neither is set."""
-    clips = {
-        key: clip
-        for key in ADVANTAGE_CLIP_KEYS
-        if (clip := sections.value(grpo_config, key)) is not None
-    }
+def advantage_clip_keys(grpo_config_model: Any) -> tuple[str, ...]:
+    """The keys of NeMo-RL's GRPO config model (``GRPOConfig``: a ``TypedDict`` on v0.7.0, a
+    pydantic model on main) that clip advantages: each key naming both ``adv`` and ``clip``
+    (``advantage_clip_low``/``_high`` today), read from the model, so renamed keys are still
+    warned about; :data:`ADVANTAGE_CLIP_KEYS` where the model is unreadable."""
+    fields = getattr(grpo_config_model, "model_fields", None)
+    if not isinstance(fields, dict):
+        fields = getattr(grpo_config_model, "__annotations__", None)
+    if not isinstance(fields, dict):
+        return ADVANTAGE_CLIP_KEYS
+    return tuple(key for key in fields if "adv" in key and "clip" in key)
+
+
+def advantage_clip_warning(
+    settings: EstimatorSettings, grpo_config: Any, keys: tuple[str, ...] = ADVANTAGE_CLIP_KEYS
+) -> str | None:
+    """One line when an advantage clip of NeMo-RL's (``keys``: :func:`advantage_clip_keys`,
+    ``grpo.advantage_clip_low``/``_high`` today) is set: NeMo-RL clamps the advantages our
+    estimator computed, so the run does not train the chosen objective's gradient; None when
+    none is set."""
+    clips = {key: clip for key in keys if (clip := sections.value(grpo_config, key)) is not None}
     if not clips:
         return None
     weight = ""

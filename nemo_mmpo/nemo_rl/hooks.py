@@ -102,6 +102,7 @@ from nemo_mmpo.nemo_rl.contract import (
     loss_clashes,
     nemo_rl_version,
     path_problems,
+    section,
     stray_references,
     version_problem,
 )
@@ -253,10 +254,44 @@ def _import(name: str, required: bool) -> Any:
         ) from error
 
 
+#: NeMo-RL's full default GRPO config in its checkout (the clash probe's second config)
+DEFAULT_CONFIG = Path("examples") / "configs" / "grpo_math_1B.yaml"
+
+
+def _nemo_rl_default_config() -> tuple[Callable[[str], Any] | None, str]:
+    """``(config for an estimator name, where it was read)``: NeMo-RL's own full default GRPO
+    config (:data:`DEFAULT_CONFIG`, loaded with its own loader and resolvers) with
+    ``grpo.adv_estimator.name`` set; ``(None, "")`` where there is no checkout or it fails to
+    load (the probe then refuses a factory that fails on the minimal config)."""
+    from nemo_mmpo.checkout import find_nemo_rl_root
+
+    root = find_nemo_rl_root()
+    if root is None or not (root / DEFAULT_CONFIG).is_file():
+        return None, ""
+    try:
+        from nemo_rl.utils import config as nemo_rl_config
+        from omegaconf import OmegaConf
+
+        nemo_rl_config.register_omegaconf_resolvers()
+        loaded = nemo_rl_config.load_config(str(root / DEFAULT_CONFIG))
+        values = OmegaConf.to_container(loaded, resolve=True)
+    except Exception:
+        return None, ""
+
+    def config_for(name: str) -> Any:
+        config = section(values)
+        for algorithm in ("grpo", "ppo"):
+            if isinstance(config.get(algorithm), dict):
+                config[algorithm].setdefault("adv_estimator", section({}))["name"] = name
+        return config
+
+    return config_for, str(DEFAULT_CONFIG)
+
+
 def _clashes(where: str, original: Any, answers_ours: str) -> list[str]:
     """NeMo-RL building something under one of our names, found by calling ``original``."""
     if answers_ours == "estimator":
-        found = estimator_clashes(original, estimator_names())
+        found = estimator_clashes(original, estimator_names(), _nemo_rl_default_config)
         kind = "estimator"
     else:
         config_type = getattr(sys.modules.get(LOSS_CONFIG[0]), LOSS_CONFIG[1], None)
@@ -265,9 +300,10 @@ def _clashes(where: str, original: Any, answers_ours: str) -> list[str]:
     return [
         f"{where} {what}"
         if not name
-        else f"{where}, asked for {kind} {name!r} on a minimal "
-        f"config, {what}: NeMo-RL knows {name!r} itself, and nemo-mmpo's hook, answering it "
-        "first, would shadow NeMo-RL's without a word"
+        else f"{where}, asked for {kind} {name!r} "
+        f"{'' if what.startswith('on ') else 'on a minimal config, '}{what}: NeMo-RL knows "
+        f"{name!r} itself, and nemo-mmpo's hook, answering it first, would shadow NeMo-RL's "
+        "without a word"
         for name, what in found.items()
     ]
 

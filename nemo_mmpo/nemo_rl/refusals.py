@@ -60,13 +60,18 @@ def _version() -> str:
     return nemo_rl_version()
 
 
+#: NeMo-RL's setting (after our main snapshot) that runs validation on a background thread
+OVERLAP_VALIDATION = "grpo.async_grpo.overlap_validation"
+
+
 def trainer_problem(trainer: str, module: Any, loss: Any, validation: str) -> Problem:
     """What the recipe needs that NeMo-RL's ``trainer`` (in ``module``) cannot give it, checked
     when the trainer starts, before its first step: DMPO needs DMPO's loss to reach the trainer
     (not NeMo-RL's, built by a driver with ``install(loss=False)`` or by a ``setup()`` that
     builds it under another name) and the hooked penalties hook (``loss=None``: a trainer
     that never calls it, refused elsewhere); ``evaluation.in_loop`` needs the hooked
-    ``validation`` function."""
+    ``validation`` function, called in the training loop (not overlapped on a background
+    thread, :data:`OVERLAP_VALIDATION`)."""
 
     def problem(master_config: Any) -> str | None:
         loss_config = sections.value(master_config, "loss_fn")
@@ -89,7 +94,16 @@ def trainer_problem(trainer: str, module: Any, loss: Any, validation: str) -> Pr
                     "nemo_mmpo.nemo_rl.install() (loss=True) before setup(), or pass "
                     "DMPOLossFn(master_config.loss_fn) to the trainer"
                 )
-        if in_loop_settings(master_config) is not None and not _hooked(module, validation):
+        in_loop = in_loop_settings(master_config) is not None
+        if in_loop and sections.value(master_config, OVERLAP_VALIDATION):
+            return (
+                f"evaluation.in_loop=true with {OVERLAP_VALIDATION}=true: NeMo-RL {version}'s "
+                f"{trainer} would run the hooked {validation}, the paper's evaluation, on a "
+                "background thread while the policy trains and its engine refits, so the "
+                f"evaluated weights would not be the step's: set {OVERLAP_VALIDATION}=false, or "
+                "evaluation.in_loop=false and evaluate checkpoints with `nemo-mmpo eval watch`"
+            )
+        if in_loop and not _hooked(module, validation):
             return (
                 f"evaluation.in_loop=true: NeMo-RL {version}'s {module.__name__} has no "
                 f"{validation} that nemo-mmpo could hook, so {trainer} would run NeMo-RL's own "

@@ -22,6 +22,7 @@ from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.estimator_settings import (
+    advantage_clip_keys,
     advantage_clip_warning,
     estimator_names,
     is_our_estimator,
@@ -88,7 +89,12 @@ def estimator_factory(
             streaming_chunks=chunks,
         )
         print(f"  ✓ Using nemo-mmpo advantage estimator: {estimator.settings.describe()}")
-        clipping = advantage_clip_warning(estimator.settings, sections.value(master_config, "grpo"))
+        grpo_model = getattr(sys.modules.get("nemo_rl.algorithms.grpo"), "GRPOConfig", None)
+        clipping = advantage_clip_warning(
+            estimator.settings,
+            sections.value(master_config, "grpo"),
+            advantage_clip_keys(grpo_model),
+        )
         if clipping is not None:
             print(f"[nemo-mmpo] warning: {clipping}")
         _built_estimator = weakref.ref(estimator)
