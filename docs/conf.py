@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))  # the checkout's nemo_mmpo, not an installed copy
 project = "nemo-mmpo"
 author = "nemo-mmpo developers"
 copyright = "2026, nemo-mmpo developers"
-release = "0.1.0.dev0"
+release = __import__("nemo_mmpo").__version__
 
 extensions = [
     "myst_parser",

@@ -27,9 +27,9 @@ class TrainingStalledError(RuntimeError):
     """The run stopped making progress; the message says since when and what was waited for."""
 
 
-#: what to install nemo-mmpo from when it does not run from a source folder: it is not on PyPI
+# what to install nemo-mmpo from when it does not run from a source folder (not on PyPI)
 SOURCE_PLACEHOLDER = "<your nemo-mmpo clone>"
-#: NeMo-RL's own extras the watcher needs in its environment (its uv project's ``--extra``)
+# NeMo-RL's own extras the watcher needs in its environment (its uv project's --extra)
 NEMO_RL_WATCHER_EXTRAS = "--extra vllm --extra mcore"
 
 

@@ -41,7 +41,7 @@ declare -A ADDRESS=([ctl]="$SUBNET.2" [node1]="$SUBNET.11" [node2]="$SUBNET.12")
 GPUS=2
 # the test's node watch: a node lost is named within 2 x (5 s + the 5 s probe) + 5 s to stop
 WATCH="NODE_WATCH_PERIOD=5 NODE_WATCH_MISSES=2 STOP_GRACE=5"
-LINE_BOUND=90  # seconds from the fault to the line, for a loaded 2-core machine (docs/distributed.md)
+LINE_BOUND=90  # seconds from the fault to the line, for a loaded 2-core machine (docs/slurm-ci.md)
 STEPS_AFTER_RESUME=3
 SEED="${SLURM_TEST_SEED:-0}"  # the recipe's seed (model, warm start, sampling)
 failures=0

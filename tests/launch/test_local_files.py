@@ -112,3 +112,17 @@ def test_the_watcher_needs_checkpoints(folder):
     assert error.startswith("evaluation.enabled=true (the watcher")
     assert "set checkpointing.enabled=true, or evaluation.enabled=false" in error
     assert errors(folder, "checkpointing.enabled=false", "evaluation.enabled=false") == []
+
+
+def test_nemo_rls_validation_needs_a_validation_set(folder):
+    """NeMo-RL's setup asserts a validation set when validation is on: no split of the
+    training set and no ``data.validation`` is refused, with the two ways out."""
+    for name in USERS_FILES:
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / name).write_text("{}")
+    assert errors(folder) == []  # NeMo-RL's train section splits 5 % off for validation
+    (error,) = errors(folder, "data.train.split_validation_size=0")
+    assert error.startswith("grpo.val_period=10 and no validation set"), error
+    assert errors(folder, "data.train.split_validation_size=0", "grpo.val_period=0") == []
+    validation = f"+data.validation={{data_path: {folder / 'my_problems.jsonl'}}}"
+    assert errors(folder, "data.train.split_validation_size=0", validation) == []

@@ -63,6 +63,8 @@ def users_folder(tmp_path, train_section: str):
         "defaults:\n"
         "  - nemo_rl/grpo_math_1B.yaml\n"
         "  - base/mmpo_common.yaml\n"
+        "grpo:\n"
+        "  val_period: 0\n"  # no validation set: NeMo-RL's setup refuses its validation
         "data:\n"
         f"{train_section}"
         "  validation: null\n"

@@ -124,3 +124,42 @@ def checkpoints(config: dict[str, Any], findings: Findings) -> None:
             "checkpoints) with checkpointing.enabled=false (no checkpoint is written, and a "
             "rerun starts over): set checkpointing.enabled=true, or evaluation.enabled=false"
         )
+
+
+@rule
+def validation_data(config: dict[str, Any], findings: Findings) -> None:
+    """NeMo-RL's validation (``grpo.val_period``, ``val_at_start``, ``val_at_end``) has a set
+    to validate on: ``data.validation``, or a training dataset's ``split_validation_size``
+    (NeMo-RL's ``setup()`` asserts one, and its ``validate()`` that ``val_period`` is 0
+    without one). The CPU rig hands NeMo-RL no validation set: there only the paper's
+    evaluation in the loop validates."""
+    grpo = _section(config, "grpo")
+    asked = [key for key in ("val_period", "val_at_start", "val_at_end") if grpo.get(key)]
+    if not asked:
+        return
+    evaluation = _section(config, "evaluation")
+    if evaluation.get("enabled") is True and evaluation.get("in_loop") is True:
+        return  # our evaluation answers NeMo-RL's validation calls (the evaluation rule)
+    settings = ", ".join(f"grpo.{key}={grpo[key]}" for key in asked)
+    if _section(config, "cpu_backend").get("enabled"):
+        findings.errors.append(
+            f"{settings} with the CPU rig, which hands NeMo-RL no validation set: set "
+            "grpo.val_period=0 grpo.val_at_start=false grpo.val_at_end=false, or evaluate in "
+            "the loop (evaluation.enabled=true evaluation.in_loop=true)"
+        )
+        return
+    data = value(config, "data")
+    data = data if isinstance(data, dict) else {}
+    split = any(
+        isinstance(dataset.get("split_validation_size"), (int, float))
+        and dataset["split_validation_size"] > 0
+        for key, dataset in _datasets(data)
+        if key.startswith("data.train")
+    )
+    if data.get("validation") is None and not split:
+        findings.errors.append(
+            f"{settings} and no validation set (data.validation is null and no training "
+            "dataset has split_validation_size > 0): NeMo-RL's setup refuses it. Set "
+            "grpo.val_period=0 (the watcher, nemo-mmpo eval watch, evaluates the checkpoints), "
+            "or name a validation set in data.validation"
+        )
