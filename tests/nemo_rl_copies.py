@@ -110,3 +110,20 @@ def single_controller_builder_3773(algorithms: Path, builder: str = SINGLE_CONTR
     append(folder / "config.py", IS_PPO_RUN)
     append(setup, builder)
     return setup
+
+
+def load_changed(module, change, monkeypatch):
+    """``module`` (imported) with ``change(source)`` applied, run in this process as the module
+    of that name: in ``sys.modules`` while the test runs (``monkeypatch`` restores the original),
+    so ``install()`` hooks the changed one. Cheaper than a copy and a fresh interpreter where the
+    change is to one module's functions."""
+    import importlib.util
+
+    source = Path(module.__file__).read_text()
+    spec = importlib.util.spec_from_loader(module.__name__, loader=None, origin=module.__file__)
+    changed = importlib.util.module_from_spec(spec)
+    changed.__file__ = module.__file__
+    monkeypatch.setitem(sys.modules, module.__name__, changed)
+    code = compile(change(source), module.__file__, "exec", dont_inherit=True)
+    exec(code, changed.__dict__)
+    return changed

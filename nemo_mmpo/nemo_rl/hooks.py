@@ -61,7 +61,8 @@ the installed NeMo-RL. ``grpo_train`` and ``async_grpo_train`` are hooked to ref
 their first step, what the recipe needs and this NeMo-RL or driver cannot give (DMPO's loss and
 penalties hook, ``validate`` for ``evaluation.in_loop``;
 :func:`~nemo_mmpo.nemo_rl.refusals.trainer_problem`), as ``grpo_train_sync`` is for
-``validate_sync``.
+``validate_sync``; and all three to stop at the end of their first step where what the hooks
+add did not land there (:mod:`~nemo_mmpo.nemo_rl.outcomes`).
 
 Where NeMo-RL's ``MasterConfig`` lists its own estimator names as a ``Literal`` (pull request
 #3773), our names are added to it (:mod:`nemo_mmpo.nemo_rl.literal_names`), and every
@@ -182,8 +183,8 @@ HOOKS: dict[str, dict[str, Hook]] = {
             _TRAINERS,
             required=False,
         ),
-        "grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "master_config")),
-        "async_grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "master_config")),
+        "grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "logger", "master_config")),
+        "async_grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "logger", "master_config")),
     },
     GRPO_SYNC: {
         "_create_advantage_estimator": Hook(
@@ -192,7 +193,9 @@ HOOKS: dict[str, dict[str, Hook]] = {
         "_log_mixed_rewards_and_advantages_information": Hook(
             wrappers.metrics_logger, ("metrics",), ("grpo_train_sync",)
         ),
-        "grpo_train_sync": Hook(wrappers.sync_trainer, ("policy_generation", "master_config")),
+        "grpo_train_sync": Hook(
+            wrappers.sync_trainer, ("policy_generation", "logger", "master_config")
+        ),
         "validate_sync": Hook(
             wrappers.sync_validation, ("step", "master_config"), ("grpo_train_sync",), "", False
         ),

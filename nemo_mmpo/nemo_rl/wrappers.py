@@ -29,6 +29,7 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
 )
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
 from nemo_mmpo.nemo_rl.names import near_miss
+from nemo_mmpo.nemo_rl.outcomes import FirstStepLogger, in_loop_runs
 from nemo_mmpo.nemo_rl.refusals import (
     Problem,
     dmpo_refused,
@@ -182,9 +183,24 @@ def grpo_trainer(original: Any) -> Any:
         problem = trainer_problem(original.__name__, module, loss, "validate")
         refuse(problem, arguments["master_config"])
         with training_with(loss):
-            return original(*args, **kwargs)
+            return checking_first_step(original, args, kwargs)
 
     return train
+
+
+def checking_first_step(original: Any, args: tuple, kwargs: dict) -> Any:
+    """NeMo-RL's trainer ``original`` called with its ``logger`` wrapped in
+    :class:`~nemo_mmpo.nemo_rl.outcomes.FirstStepLogger` (the first step's outcome checked)."""
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    if bound.arguments.get("logger") is None:  # no logger to check (install() reads it by name)
+        return original(*args, **kwargs)
+    logger = FirstStepLogger(
+        bound.arguments["logger"], original.__name__, bound.arguments["master_config"]
+    )
+    bound.arguments["logger"] = logger
+    result = original(*bound.args, **bound.kwargs)
+    logger.check()  # a run whose first step was its last
+    return result
 
 
 def batch_penalties(original: Any) -> Any:
@@ -228,6 +244,7 @@ def validation(original: Any) -> Any:
         settings = in_loop_settings(arguments["master_config"])
         if settings is None:
             return original(*args, **kwargs)
+        in_loop_runs["count"] += 1
         return validate_in_loop(arguments["policy_generation"], arguments["step"], settings)
 
     return validate
@@ -246,7 +263,7 @@ def sync_trainer(original: Any) -> Any:
         refuse(problem, arguments["master_config"])
         _sync_generation = arguments["policy_generation"]
         try:
-            return original(*args, **kwargs)
+            return checking_first_step(original, args, kwargs)
         finally:
             _sync_generation = None
 
@@ -271,6 +288,7 @@ def sync_validation(original: Any) -> Any:
                 "nemo_mmpo.nemo_rl.install() before importing grpo_train_sync, or set "
                 "evaluation.in_loop=false"
             )
+        in_loop_runs["count"] += 1
         return validate_in_loop(_sync_generation, arguments["step"], settings)
 
     return validate_sync
