@@ -7,8 +7,9 @@ adv_estimator.compute_advantage(...)`` becomes "take ``.advantages``, merge ``.m
 the step's metrics") and an ``AdvantageResult`` type is added to NeMo-RL's
 ``advantage_estimator`` module; the changed ``grpo_train`` then trains with ``name: mmpo``:
 our estimator returns the result type, the policy trains on the core library's advantages,
-and our metrics reach the logger through the result, once per step. The same test run on the
-unchanged trainer is ``test_trainer_loop.py``.
+and our metrics reach the logger through the result, once per step. A trainer changed to take
+``.advantages`` and drop ``.metrics`` stops at the end of step 1 in one line (the first-step
+outcome check). The same test run on the unchanged trainer is ``test_trainer_loop.py``.
 """
 
 from __future__ import annotations
@@ -143,3 +144,25 @@ def test_without_the_result_type_the_estimator_returns_a_tensor_as_today():
         pytest.skip("this NeMo-RL already has AdvantageResult")
     assert isinstance(output, torch.Tensor) and output.shape == (16, 5)
     assert estimator.take_step_metrics() == estimator.last_metrics
+
+
+def test_a_trainer_that_drops_the_results_metrics_stops_at_step_one(
+    changed_grpo, ray_cluster, tmp_path, monkeypatch
+):
+    """#3512 landing with a trainer that takes ``.advantages`` and drops ``.metrics``: our
+    estimator's metrics travel in the result only (no second channel), so none reach the
+    logger; the first-step check (:mod:`nemo_mmpo.nemo_rl.outcomes`) stops the run."""
+    from nemo_mmpo.errors import MMPOInputError
+    from nemo_mmpo.nemo_rl.contract import nemo_rl_version
+
+    monkeypatch.setattr(changed_grpo, "_read_result", lambda result, sink: result.advantages)
+    install()
+    config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", TINY_RUN)
+    with pytest.raises(MMPOInputError) as error:
+        run_trainer(changed_grpo.grpo_train, config, tmp_path)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(
+        f"NeMo-RL {nemo_rl_version()}'s grpo_train logged step 1's train metrics with no mmpo/ "
+        "metrics (grpo.adv_estimator.name=mmpo)"
+    ), message
+    assert not (tmp_path / "checkpoints" / "step_2").exists()
