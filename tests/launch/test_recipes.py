@@ -611,6 +611,8 @@ def test_async_runs_longer_than_one_pass_of_the_training_set_are_refused(tmp_pat
         "grpo.max_num_steps=2",
         f"data.default.prompt_file={tmp_path / 'prompt.txt'}",
         "data.validation=null",
+        "grpo.val_period=0",  # no validation set: the watcher evaluates (rule validation_data)
+        "grpo.val_at_end=false",
     ]
     monkeypatch.chdir(tmp_path)  # where the run starts: the recipe's benchmarks are there
     for name in ("math500", "olymmath", "amc23", "aime24", "aime25"):
