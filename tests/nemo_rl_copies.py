@@ -127,3 +127,24 @@ def load_changed(module, change, monkeypatch):
     code = compile(change(source), module.__file__, "exec", dont_inherit=True)
     exec(code, changed.__dict__)
     return changed
+
+
+def renamed_clip_keys(algorithms: Path) -> None:
+    """The copy's ``grpo.advantage_clip_low``/``_high`` renamed ``adv_clip_min``/``_max`` (its
+    ``GRPOConfig`` and every reader), as a release could rename them."""
+    substitute(algorithms / "grpo.py", r"\badvantage_clip_low\b", "adv_clip_min", at_least=2)
+    substitute(algorithms / "grpo.py", r"\badvantage_clip_high\b", "adv_clip_max", at_least=2)
+
+
+def sample_mask_keyword(algorithms: Path) -> None:
+    """The copy's GRPO estimator takes row validity as ``sample_mask`` (#3837 under another
+    name); its other estimators are left alone."""
+    estimators = algorithms / "advantage_estimator.py"
+    grpo_part, rest = estimators.read_text().split("class GDPOAdvantageEstimator", 1)
+    signature = "def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):"
+    assert grpo_part.count(signature) == 1
+    grpo_part = grpo_part.replace(
+        signature,
+        "def compute_advantage(self, prompt_ids, rewards, mask, sample_mask=None, **kwargs):",
+    )
+    estimators.write_text(grpo_part + "class GDPOAdvantageEstimator" + rest)

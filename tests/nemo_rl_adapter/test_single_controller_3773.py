@@ -8,8 +8,12 @@ let the single controller build through grpo's plain hook: no streaming chunks (
 ``mmpo/`` metrics combined over the controller's chunks), DMPO not refused. Here, on copies of
 main changed that way, in a fresh interpreter: ``install()`` follows the factory into the
 function that imports it, and the single controller gets its own estimator (streaming, DMPO
-refused) while grpo's trainers keep theirs; a builder importing the factory from a module
-nemo-mmpo does not hook, or a setup that reaches no factory at all, is refused in one line.
+refused) while grpo's trainers keep theirs; a setup that reaches no factory at all is refused
+in one line (a builder importing the factory from a module nemo-mmpo does not hook:
+``test_upstream_shapes.py``). The same copy also renames the advantage-clip keys and has
+NeMo-RL's GRPO estimator take row validity as ``sample_mask`` (issue 69's list, one copy for
+the three: a fresh interpreter each costs CI seconds): the controller's estimator warns about
+the renamed keys and reads ``sample_mask``.
 The single controller's training run on this shape is
 ``tests/cpu/test_tiny_run_single_controller.py``'s.
 """
@@ -17,7 +21,15 @@ The single controller's training run on this shape is
 from __future__ import annotations
 
 import pytest
-from nemo_rl_copies import INSTALL, ROOT, nemo_rl_copy, run_in, single_controller_builder_3773
+from nemo_rl_copies import (
+    INSTALL,
+    ROOT,
+    nemo_rl_copy,
+    renamed_clip_keys,
+    run_in,
+    sample_mask_keyword,
+    single_controller_builder_3773,
+)
 from nemo_rl_support import import_nemo_rl
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
@@ -30,11 +42,13 @@ from nemo_mmpo.nemo_rl.hooks import SUPPORTED
 
 SETUP = "nemo_rl.algorithms.single_controller_utils.setup"
 
-#: after install(): the single controller's estimator, grpo's own, DMPO's and PPO's refusals
+#: after install(): the single controller's estimator (its clip warning, its row mask under
+#: NeMo-RL's keyword), grpo's own, DMPO's and PPO's refusals
 BUILD = (
     INSTALL
     + f"""
 import sys
+import torch
 sys.path.insert(0, {str(ROOT / "tests")!r})
 from nemo_rl_support import master_config_from_recipe
 from nemo_rl.algorithms import grpo
@@ -45,12 +59,24 @@ class Config(dict):  # a section read both ways, as NeMo-RL reads it
     __getattr__ = dict.__getitem__
 
 
-config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
-for label, built in (
-    ("CONTROLLER", setup._build_advantage_estimator(config)),
-    ("GRPO", grpo._create_advantage_estimator(config)),
-):
+config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", ["+grpo.adv_clip_min=-1.0"])
+controller = setup._build_advantage_estimator(config)
+plain = grpo._create_advantage_estimator(config)
+for label, built in (("CONTROLLER", controller), ("GRPO", plain)):
     print(label + ":", type(built).__name__, getattr(built, "streaming_chunks", None))
+print("KEYWORDS:", " ".join(controller.row_mask_keywords))
+prompts = torch.tensor([[1], [1], [1], [1], [2], [2], [2], [2]])
+rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+mask, valid = torch.ones(8, 3), torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+theirs, ours, none = (
+    getattr(result, "advantages", result)
+    for result in (
+        controller.compute_advantage(prompts, rewards, mask, sample_mask=valid),
+        controller.compute_advantage(prompts, rewards, mask, valid_mask=valid),
+        controller.compute_advantage(prompts, rewards, mask),
+    )
+)
+print("SAMPLE_MASK_READ:", torch.equal(theirs, ours), not torch.equal(theirs, none))
 for label, config in (
     ("DMPO", master_config_from_recipe("dmpo_math_qwen3_1.7b.yaml")),
     ("PPO", Config(ppo=Config(adv_estimator=Config(name="mmpo")), loss_fn=None)),
@@ -73,7 +99,10 @@ def refusal_of(result) -> str:
 
 
 def test_the_hook_follows_the_factory_into_the_builder_that_imports_it(tmp_path):
-    single_controller_builder_3773(nemo_rl_copy(tmp_path))
+    algorithms = nemo_rl_copy(tmp_path)
+    single_controller_builder_3773(algorithms)
+    renamed_clip_keys(algorithms)
+    sample_mask_keyword(algorithms)
     result = run_in(tmp_path, BUILD)
     output = result.stdout + result.stderr
     assert "HOOKED:" in result.stdout, output
@@ -87,31 +116,23 @@ def test_the_hook_follows_the_factory_into_the_builder_that_imports_it(tmp_path)
     assert lines["GRPO"] == "MMPOAdvantageEstimator False", output
     assert "dmpo cannot train in NeMo-RL's single controller" in lines["DMPO"], output
     assert lines["PPO"].startswith("ppo.adv_estimator.name=mmpo: "), output
+    # the renamed clip key, read from NeMo-RL's GRPOConfig; sample_mask read as row validity
+    assert "[nemo-mmpo] warning: grpo.adv_clip_min=-1.0: NeMo-RL clamps the advantages" in (
+        result.stdout
+    ), output
+    assert lines["KEYWORDS"] == "valid_mask sample_mask", output
+    assert lines["SAMPLE_MASK_READ"] == "True True", output
 
 
-def test_a_builder_reaching_an_unhooked_factory_or_none_is_refused(tmp_path):
-    # the factory imported from a module where nemo-mmpo does not hook it
-    elsewhere = tmp_path / "elsewhere"
+def test_a_setup_that_reaches_no_factory_is_refused(tmp_path):
+    """NeMo-RL's estimator built in setup.py itself: no factory nemo-mmpo could hook."""
     single_controller_builder_3773(
-        nemo_rl_copy(elsewhere),
-        "def _build_advantage_estimator(master_config):\n"
-        "    from nemo_rl.algorithms.advantage_estimator import _create_advantage_estimator\n\n"
-        "    return _create_advantage_estimator(master_config)\n",
-    )
-    refusal = refusal_of(run_in(elsewhere))
-    assert (
-        f"{SETUP}._build_advantage_estimator imports _create_advantage_estimator from "
-        "nemo_rl.algorithms.advantage_estimator, where nemo-mmpo does not hook it"
-    ) in refusal, refusal
-    # NeMo-RL's estimator built in setup.py itself: no factory nemo-mmpo could hook
-    nowhere = tmp_path / "nowhere"
-    single_controller_builder_3773(
-        nemo_rl_copy(nowhere),
+        nemo_rl_copy(tmp_path),
         "def _build_advantage_estimator(master_config):\n"
         "    from nemo_rl.algorithms.advantage_estimator import GRPOAdvantageEstimator\n\n"
         "    return GRPOAdvantageEstimator(master_config.grpo.adv_estimator, None)\n",
     )
-    refusal = refusal_of(run_in(nowhere))
+    refusal = refusal_of(run_in(tmp_path))
     assert (
         f"{SETUP} has no attribute '_create_advantage_estimator', and none of its functions "
         "imports it"

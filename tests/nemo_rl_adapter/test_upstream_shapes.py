@@ -6,17 +6,21 @@ interpreter: trained correctly or refused in one line.
   name: every name then failed alike, and an estimator NeMo-RL learns under one of our names
   went unseen (``install()`` asks again on NeMo-RL's own default config, and refuses where the
   factory never reaches the name);
-- the advantage-clip keys renamed in NeMo-RL's ``GRPOConfig`` (our warning read the old keys),
-  and row validity passed as ``sample_mask=`` (our estimator read ``valid_mask`` only, and took
-  the other in ``**kwargs``): both are read from NeMo-RL's config model and its GRPO estimator's
-  signature;
+- #3773's single-controller builder importing the factory from a module nemo-mmpo does not
+  hook: refused (in the same copy: one interpreter for both refusals);
 - ``grpo.async_grpo.overlap_validation`` with ``evaluation.in_loop``: refused.
+
+The advantage-clip keys renamed in NeMo-RL's ``GRPOConfig`` (our warning read the old keys) and
+row validity passed as ``sample_mask=`` (our estimator read ``valid_mask`` only) are read from
+NeMo-RL's config model and its GRPO estimator's signature: checked on #3773's copy in
+``test_single_controller_3773.py``. The first-step outcome shapes are
+``test_first_step_outcomes.py`` and ``test_advantage_result.py``.
 """
 
 from __future__ import annotations
 
 import pytest
-from nemo_rl_copies import INSTALL, ROOT, edit, nemo_rl_copy, run_in, substitute
+from nemo_rl_copies import INSTALL, edit, nemo_rl_copy, run_in, single_controller_builder_3773
 from nemo_rl_support import import_nemo_rl
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot]
@@ -42,9 +46,16 @@ KNOWS_MAXRL = (
 def test_a_factory_failing_before_it_reads_the_name_is_probed_on_nemo_rls_default_config(
     tmp_path,
 ):
+    """The probe's shape, and #3773's builder reaching an unhooked factory, in one copy."""
     algorithms = nemo_rl_copy(tmp_path)
     edit(algorithms / "grpo.py", FACTORY_START, FAILS_FIRST)
     edit(algorithms / "grpo.py", '    elif adv_estimator_name == "grpo":', KNOWS_MAXRL)
+    single_controller_builder_3773(
+        algorithms,
+        "def _build_advantage_estimator(master_config):\n"
+        "    from nemo_rl.algorithms.advantage_estimator import _create_advantage_estimator\n\n"
+        "    return _create_advantage_estimator(master_config)\n",
+    )
     probe = """
 from nemo_rl.algorithms import grpo
 from nemo_mmpo.nemo_rl import hooks
@@ -62,6 +73,11 @@ print("MINIMAL:", estimator_clashes(factory, ["maxrl"]))
     assert (
         "nemo_rl.algorithms.grpo._create_advantage_estimator, asked for estimator 'maxrl' on "
         "NeMo-RL's examples/configs/grpo_math_1B.yaml, answers NotImplementedError"
+    ) in refusal, refusal
+    assert (
+        "nemo_rl.algorithms.single_controller_utils.setup._build_advantage_estimator imports "
+        "_create_advantage_estimator from nemo_rl.algorithms.advantage_estimator, where "
+        "nemo-mmpo does not hook it"
     ) in refusal, refusal
     # a name NeMo-RL does not know is no clash on the full config either (nothing over-refused)
     assert "MMPO: {}" in result.stdout, output
@@ -87,56 +103,6 @@ def test_a_factory_that_never_reaches_the_name_is_refused():
         "NeMo-RL's a full config: it fails before it reads the name, so nemo-mmpo cannot check "
         "that NeMo-RL builds nothing under mmpo, maxrl"
     )
-
-
-#: after install(): the clip warning and the row mask under NeMo-RL's renamed keywords
-RENAMED = f"""
-import sys
-import torch
-sys.path.insert(0, {str(ROOT / "tests")!r})
-from nemo_rl_support import master_config_from_recipe
-from nemo_rl.algorithms import grpo
-
-config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", ["+grpo.adv_clip_min=-1.0"])
-estimator = grpo._create_advantage_estimator(config)
-print("KEYWORDS:", " ".join(estimator.row_mask_keywords))
-prompts = torch.tensor([[1], [1], [1], [1], [2], [2], [2], [2]])
-rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
-mask, valid = torch.ones(8, 3), torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0])
-theirs, ours, none = (
-    getattr(result, "advantages", result)
-    for result in (
-        estimator.compute_advantage(prompts, rewards, mask, sample_mask=valid),
-        estimator.compute_advantage(prompts, rewards, mask, valid_mask=valid),
-        estimator.compute_advantage(prompts, rewards, mask),
-    )
-)
-print("SAMPLE_MASK_READ:", torch.equal(theirs, ours), not torch.equal(theirs, none))
-"""
-
-
-def test_renamed_clip_keys_and_a_sample_mask_keyword_are_read_from_nemo_rl(tmp_path):
-    algorithms = nemo_rl_copy(tmp_path)
-    substitute(algorithms / "grpo.py", r"\badvantage_clip_low\b", "adv_clip_min", at_least=2)
-    substitute(algorithms / "grpo.py", r"\badvantage_clip_high\b", "adv_clip_max", at_least=2)
-    # NeMo-RL's GRPO estimator takes row validity as sample_mask (#3837 under another name)
-    estimators = algorithms / "advantage_estimator.py"
-    grpo_part, rest = estimators.read_text().split("class GDPOAdvantageEstimator", 1)
-    signature = "def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):"
-    assert grpo_part.count(signature) == 1
-    grpo_part = grpo_part.replace(
-        signature,
-        "def compute_advantage(self, prompt_ids, rewards, mask, sample_mask=None, **kwargs):",
-    )
-    estimators.write_text(grpo_part + "class GDPOAdvantageEstimator" + rest)
-    result = run_in(tmp_path, INSTALL + RENAMED)
-    output = result.stdout + result.stderr
-    assert "HOOKED:" in result.stdout, output
-    assert "[nemo-mmpo] warning: grpo.adv_clip_min=-1.0: NeMo-RL clamps the advantages" in (
-        result.stdout
-    ), output
-    assert "KEYWORDS: valid_mask sample_mask" in result.stdout, output
-    assert "SAMPLE_MASK_READ: True True" in result.stdout, output
 
 
 def test_overlapped_validation_with_in_loop_evaluation_is_refused_before_step_one():
