@@ -58,6 +58,8 @@ class FirstStepLogger:
         self._checked = not (self._expected or self._validates_at_start)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_logger" or name.startswith("__"):  # copied or unpickled before __init__
+            raise AttributeError(name)
         return getattr(self._logger, name)
 
     def log_metrics(self, metrics: Any, step: Any, prefix: str = "", *args: Any, **kwargs: Any):

@@ -93,3 +93,19 @@ def test_a_first_step_without_its_outcome_stops_the_run_in_one_line(
     # it stopped at the end of step 1 (NeMo-RL saves a step before logging it): no step 2
     assert (tmp_path / "checkpoints" / "step_1").exists()
     assert not (tmp_path / "checkpoints" / "step_2").exists()
+
+
+def test_the_checking_logger_travels_as_nemo_rls_would():
+    """NeMo-RL may copy its logger or hand it to a Ray actor (pickled): the wrapper survives
+    both (its attribute lookups reach the logger only once it is built)."""
+    import copy
+    import pickle
+
+    from trainer_standins import RecordingLogger
+
+    from nemo_mmpo.nemo_rl.outcomes import FirstStepLogger
+
+    checking = FirstStepLogger(RecordingLogger(), "grpo_train", {"loss_fn": {"name": "mmpo"}})
+    for travelled in (pickle.loads(pickle.dumps(checking)), copy.deepcopy(checking)):
+        travelled.log_metrics({"reward": 0.5}, 1, prefix="train")
+        assert travelled._logger.metrics == {"train/reward": [(1, 0.5)]}
