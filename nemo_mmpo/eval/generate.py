@@ -88,9 +88,10 @@ class VLLMSampler:
         except ImportError as error:
             raise MMPOInputError(
                 "generation needs vLLM (and a GPU): run it in NeMo-RL's environment with "
-                "its vllm extra (the container has it; a checkout: `uv run --project "
-                f"$NEMO_RL_PATH {NEMO_RL_WATCHER_EXTRAS} nemo-mmpo eval ...`), or use "
-                "--backend hf; analysis of existing rollout files needs neither"
+                "its vllm extra (the container has it; a checkout: `PYTHONPATH=<the folder "
+                f"holding nemo_mmpo> uv run --project $NEMO_RL_PATH {NEMO_RL_WATCHER_EXTRAS} "
+                "python -m nemo_mmpo.cli eval ...`), or use --backend hf; analysis of existing "
+                "rollout files needs neither"
             ) from error
         self.engine = LLM(
             self.model,
