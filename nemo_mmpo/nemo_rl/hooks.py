@@ -87,7 +87,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.checkout import REPO_ROOT
+from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
 from nemo_mmpo.nemo_rl import wrappers
 from nemo_mmpo.nemo_rl.actor_hooks import (
     HOOKED_IN,
@@ -266,8 +266,6 @@ def _nemo_rl_default_config() -> tuple[Callable[[str], Any] | None, str]:
     config (:data:`DEFAULT_CONFIG`, loaded with its own loader and resolvers) with
     ``grpo.adv_estimator.name`` set; ``(None, "")`` where there is no checkout or it fails to
     load (the probe then refuses a factory that fails on the minimal config)."""
-    from nemo_mmpo.checkout import find_nemo_rl_root
-
     root = find_nemo_rl_root()
     if root is None or not (root / DEFAULT_CONFIG).is_file():
         return None, ""
