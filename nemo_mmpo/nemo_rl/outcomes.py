@@ -62,8 +62,18 @@ class FirstStepLogger:
             raise AttributeError(name)
         return getattr(self._logger, name)
 
-    def log_metrics(self, metrics: Any, step: Any, prefix: str = "", *args: Any, **kwargs: Any):
-        if not self._checked and isinstance(step, int):
+    @property
+    def checks_anything(self) -> bool:
+        """Whether the recipe asks for something this logger checks (else it need not wrap)."""
+        return not self._checked
+
+    def log_metrics(self, *args: Any, **kwargs: Any) -> Any:
+        # NeMo-RL's Logger.log_metrics(metrics, step, prefix=""): read, then passed on exactly
+        # as called (NeMo-RL's own tests read the call's keywords)
+        named = dict(zip(("metrics", "step", "prefix"), args, strict=False)) | kwargs
+        metrics, step = named.get("metrics"), named.get("step")
+        prefix = named.get("prefix") or ""
+        if not self._checked and isinstance(step, int) and isinstance(prefix, str):
             if self._step is not None and step > self._step:
                 self.check()
             elif prefix == "train":
@@ -71,7 +81,7 @@ class FirstStepLogger:
                 self._keys.update(map(str, dict(metrics or {})))
             elif self._step == step and prefix.startswith("timing/train"):
                 self.check()
-        return self._logger.log_metrics(metrics, step, prefix, *args, **kwargs)
+        return self._logger.log_metrics(*args, **kwargs)
 
     def _has(self, key: str) -> bool:
         """Whether the step logged ``key`` (a prefix where it ends with ``/``)."""

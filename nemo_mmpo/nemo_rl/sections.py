@@ -24,8 +24,8 @@ def _child(node: Any, key: str) -> Any:
         return node.get(key, _MISSING)
     fields = getattr(type(node), "model_fields", None)
     if fields is not None:
-        if key in fields:
-            return getattr(node, key)
+        if key in fields:  # a model built without validation may lack a declared field
+            return getattr(node, key, _MISSING)
         return (getattr(node, "model_extra", None) or {}).get(key, _MISSING)
     return _MISSING
 
