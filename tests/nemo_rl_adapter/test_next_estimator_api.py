@@ -30,14 +30,13 @@ The #3512 copy is ``test_advantage_result.py``; the unchanged trainer ``test_tra
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
-from pathlib import Path
 from typing import Literal
 
 import pytest
 import torch
+from nemo_rl_copies import load_changed  # pydantic resolves annotations in sys.modules
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe, nemo_rl_checkout
 from single_controller_recipe import SINGLE_CONTROLLER_RECIPE
 
@@ -126,20 +125,6 @@ def calculate_with_flag(original):
         return baseline, std, single
 
     return calculate
-
-
-def load_changed(module, change, monkeypatch) -> object:
-    """``module``'s source with ``change`` applied, run as the module of that name (in
-    ``sys.modules`` while it runs: pydantic resolves annotations there), without this file's
-    ``from __future__`` flags."""
-    source = Path(module.__file__).read_text()
-    spec = importlib.util.spec_from_loader(module.__name__, loader=None, origin=module.__file__)
-    changed = importlib.util.module_from_spec(spec)
-    changed.__file__ = module.__file__
-    monkeypatch.setitem(sys.modules, module.__name__, changed)
-    code = compile(change(source), module.__file__, "exec", dont_inherit=True)
-    exec(code, changed.__dict__)
-    return changed
 
 
 @pytest.fixture
