@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.checkout import find_nemo_rl_root
+from nemo_mmpo.cpu.rig.policy_start import HELD_OUT_FILE
 from nemo_mmpo.data import math_task_files
 from nemo_mmpo.launch.rules.registry import Findings, rule
 from nemo_mmpo.nemo_rl.sections import value
@@ -18,8 +19,6 @@ from nemo_mmpo.nemo_rl.sections import value
 LOCAL_DATA_SUFFIXES = (".arrow", ".csv", ".json", ".jsonl", ".parquet", ".txt")
 #: the per-dataset keys that name a file NeMo-RL opens
 PROMPT_KEYS = ("prompt_file", "system_prompt_file")
-#: the CPU rig's held-out file, which its driver writes into the checkpoint directory
-RIG_HELD_OUT_FILE = "held_out.jsonl"
 
 
 def _datasets(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -59,7 +58,7 @@ def named_files(config: dict[str, Any]) -> list[tuple[str, str]]:
         rig_held_out = None
         if value(config, "cpu_backend") is not None:
             checkpoint_dir = Path(str(value(config, "checkpointing.checkpoint_dir")))
-            rig_held_out = checkpoint_dir / RIG_HELD_OUT_FILE
+            rig_held_out = checkpoint_dir / HELD_OUT_FILE  # the rig's driver writes it
         for name, path in benchmarks.items():
             if isinstance(path, str) and Path(path) != rig_held_out:
                 files.append((f"evaluation.benchmarks.{name}", path))
