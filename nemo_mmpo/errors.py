@@ -2,7 +2,8 @@
 
 Every command (``nemo-mmpo <command>``, ``python -m nemo_mmpo.<tool>``,
 ``examples/run_mmpo_math.py``) runs its ``main(argv, prog)`` through :func:`handle`: bad input
-is one ``error:`` line naming the value and the fix, exit status 2 (a module an extra provides
+is one ``error:`` line naming the value and the fix (also raised in a Ray actor:
+:func:`one_line`), exit status 2 (a module an extra provides
 and this environment lacks, too: :data:`EXTRA_OF`); an interrupt exits 130
 without a traceback; a run that lost a Ray node or stalled prints its error and exits 1 at once.
 """
@@ -61,12 +62,20 @@ EXTRA_OF = {
 }
 
 
+def one_line(error: MMPOInputError) -> MMPOInputError:
+    """``error``, or what it wraps when Ray raised it (a ``RayTaskError`` of an actor's
+    ``MMPOInputError``, e.g. the single controller's first-step checks: its text is the actor's
+    traceback, over many lines; its ``cause`` is our one line)."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, MMPOInputError) else error
+
+
 def handle(main: Callable[..., int | None], argv: list[str] | None, prog: str) -> int:
     """Run ``main(argv, prog=prog)``; bad input becomes one line on stderr and status 2."""
     try:
         return int(main(argv, prog=prog) or 0)
     except MMPOInputError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as error:
         extra = EXTRA_OF.get((error.name or "").partition(".")[0])
