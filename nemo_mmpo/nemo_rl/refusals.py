@@ -119,6 +119,31 @@ def in_master_config(problem: Problem) -> Problem:
     return lambda master_config: problem(sections.value(master_config, "loss_fn"))
 
 
+#: where NeMo-RL's single controller refuses validation (main 7ea279ab)
+SINGLE_CONTROLLER_VALIDATION = "single_controller_utils/setup.py:533-537"
+
+
+def single_controller_problem(trainer: str) -> Problem:
+    """What NeMo-RL's single controller cannot train, read from the master config when it
+    builds its estimator (before the actor starts): DMPO (:func:`dmpo_refused`), and
+    ``evaluation.in_loop``: the controller has no validation (it refuses ``grpo.val_period``,
+    ``val_at_start`` and ``val_at_end``), so the paper's evaluation would never run."""
+    dmpo_problem = in_master_config(dmpo_refused(trainer))
+
+    def problem(master_config: Any) -> str | None:
+        if in_loop_settings(master_config) is not None:
+            return (
+                f"evaluation.in_loop=true: NeMo-RL {_version()}'s {trainer} has no validation "
+                f"(it refuses grpo.val_period, val_at_start and val_at_end, "
+                f"{SINGLE_CONTROLLER_VALIDATION}), so the paper's evaluation would never run: "
+                "set evaluation.in_loop=false and evaluate its checkpoints with `nemo-mmpo eval "
+                "watch`"
+            )
+        return dmpo_problem(master_config)
+
+    return problem
+
+
 def ppo_loss_problem(loss_config: Any) -> str | None:
     name = sections.value(loss_config, "name")
     if name not in (MMPO_LOSS, DMPO_LOSS):
