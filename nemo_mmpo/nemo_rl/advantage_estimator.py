@@ -155,6 +155,9 @@ class MMPOAdvantageEstimator:
         #: the keywords row validity may arrive under, read from NeMo-RL's estimator
         self.row_mask_keywords = row_mask_keywords()
         self._untaken_metrics: dict[str, float] = {}
+        #: ``(advantages [batch], mask [batch, seq_len])`` of the last call: what the first-step
+        #: check compares the loss's advantages with (:mod:`nemo_mmpo.nemo_rl.outcomes`)
+        self.last_output: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def compute_advantage(
         self,
@@ -194,6 +197,7 @@ class MMPOAdvantageEstimator:
         except MMPOInputError as error:
             raise _non_binary_hint(error) from None
         self.last_metrics = self._metrics(groups, advantages, mask)
+        self.last_output = (advantages.detach().clone(), mask)
         if self.streaming_chunks:
             self._chunks.append((dict(self.last_metrics), self._chunk_weights(groups, mask)))
         output_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32

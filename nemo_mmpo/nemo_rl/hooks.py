@@ -40,7 +40,9 @@ calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
   step's ``mmpo/`` metrics, combined over its chunks. The estimator is built on the driver and
   pickled into the actor, whose process ``install()`` never ran: unpickling it there applies
   this one hook in that process, when the actor's module is imported
-  (:mod:`~nemo_mmpo.nemo_rl.actor_hooks`), and it reads that estimator.
+  (:mod:`~nemo_mmpo.nemo_rl.actor_hooks`), and it reads that estimator. There it also wraps
+  ``Logger`` (:164) and ``fields_for_put`` (:1801) for the first step's checks
+  (:mod:`~nemo_mmpo.nemo_rl.actor_outcomes`); ``install()`` checks that the actor calls them.
 - ``single_controller_utils`` (main only): ``setup_single_controller``, as
   ``run_grpo_single_controller.py`` imports it: refused in one line on a Ray cluster without
   GPUs, unless the CPU rig's answers are in place (:mod:`nemo_mmpo.cpu.answers.single_controller`).
@@ -90,6 +92,8 @@ from typing import Any
 from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
 from nemo_mmpo.nemo_rl import wrappers
 from nemo_mmpo.nemo_rl.actor_hooks import (
+    ACTOR_WRAPPERS,
+    FIRST_STEP_CHECKED,
     HOOKED_IN,
     MARK,
     SINGLE_CONTROLLER_ACTOR,
@@ -183,8 +187,10 @@ HOOKS: dict[str, dict[str, Hook]] = {
             _TRAINERS,
             required=False,
         ),
-        "grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "logger", "master_config")),
-        "async_grpo_train": Hook(wrappers.grpo_trainer, ("loss_fn", "logger", "master_config")),
+        "grpo_train": Hook(wrappers.grpo_trainer, ("policy", "loss_fn", "logger", "master_config")),
+        "async_grpo_train": Hook(
+            wrappers.grpo_trainer, ("policy", "loss_fn", "logger", "master_config")
+        ),
     },
     GRPO_SYNC: {
         "_create_advantage_estimator": Hook(
@@ -194,7 +200,7 @@ HOOKS: dict[str, dict[str, Hook]] = {
             wrappers.metrics_logger, ("metrics",), ("grpo_train_sync",)
         ),
         "grpo_train_sync": Hook(
-            wrappers.sync_trainer, ("policy_generation", "logger", "master_config")
+            wrappers.sync_trainer, ("policy", "policy_generation", "logger", "master_config")
         ),
         "validate_sync": Hook(
             wrappers.sync_validation, ("step", "master_config"), ("grpo_train_sync",), "", False
@@ -358,6 +364,24 @@ def _followed(module: Any, name: str, hook: Hook) -> tuple[list, list[str]]:
     return points, problems
 
 
+def _first_step_problems(module: Any) -> list[str]:
+    """What keeps the single controller's actor from its first-step checks, which are wrapped in
+    that process only (:data:`~nemo_mmpo.nemo_rl.actor_hooks.FIRST_STEP_CHECKED`): a name
+    missing, not called by its method, or without a parameter its wrapper reads."""
+    problems = []
+    for name, (caller, reads) in FIRST_STEP_CHECKED.items():
+        current = getattr(module, name, None)
+        if current is None:
+            problems.append(
+                f"{module.__name__} has no attribute {name!r}, which nemo-mmpo wraps in the "
+                "SingleControllerActor to check its first step"
+            )
+            continue
+        check = Hook(ACTOR_WRAPPERS[name], reads, (caller,))
+        problems += _contract_problems(module, name, getattr(current, MARK, current), check)
+    return problems
+
+
 def _hook_points(loss: bool) -> list[tuple[Any, str, Any, Hook]]:
     """``(module, name, NeMo-RL's original, hook)`` for every name to hook; raises one error
     listing every break of the contract, before anything is wrapped."""
@@ -387,6 +411,8 @@ def _hook_points(loss: bool) -> list[tuple[Any, str, Any, Hook]]:
             original = getattr(current, MARK, current)
             problems += _contract_problems(module, name, original, hook)
             points.append((module, name, original, hook))
+        if module_name == SINGLE_CONTROLLER_ACTOR:
+            problems += _first_step_problems(module)
     problems += stray_references(
         ((module.__name__, name, original) for module, name, original, _ in points), left
     )

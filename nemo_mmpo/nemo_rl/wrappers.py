@@ -29,7 +29,12 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
 )
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
 from nemo_mmpo.nemo_rl.names import near_miss
-from nemo_mmpo.nemo_rl.outcomes import FirstStepLogger, in_loop_runs
+from nemo_mmpo.nemo_rl.outcomes import (
+    FirstStepLogger,
+    FirstStepPolicy,
+    allowed_changes,
+    in_loop_steps,
+)
 from nemo_mmpo.nemo_rl.refusals import (
     Problem,
     dmpo_refused,
@@ -190,16 +195,27 @@ def grpo_trainer(original: Any) -> Any:
 
 def checking_first_step(original: Any, args: tuple, kwargs: dict) -> Any:
     """NeMo-RL's trainer ``original`` called with its ``logger`` wrapped in
-    :class:`~nemo_mmpo.nemo_rl.outcomes.FirstStepLogger` (the first step's outcome checked)."""
+    :class:`~nemo_mmpo.nemo_rl.outcomes.FirstStepLogger` and, when it trains one of our
+    estimators, its ``policy`` in :class:`~nemo_mmpo.nemo_rl.outcomes.FirstStepPolicy` (the
+    first step's outcome checked)."""
     bound = inspect.signature(original).bind(*args, **kwargs)
     if bound.arguments.get("logger") is None:  # no logger to check (install() reads it by name)
         return original(*args, **kwargs)
-    logger = FirstStepLogger(
-        bound.arguments["logger"], original.__name__, bound.arguments["master_config"]
-    )
+    master_config = bound.arguments["master_config"]
+    logger = FirstStepLogger(bound.arguments["logger"], original.__name__, master_config)
     if not logger.checks_anything:  # NeMo-RL's own estimator and loss: its logger untouched
         return original(*args, **kwargs)
     bound.arguments["logger"] = logger
+    name = sections.value(master_config, "grpo.adv_estimator.name")
+    if is_our_estimator(name) and bound.arguments.get("policy") is not None:
+        grpo_model = getattr(sys.modules.get("nemo_rl.algorithms.grpo"), "GRPOConfig", None)
+        logger.policy = FirstStepPolicy(
+            bound.arguments["policy"],
+            original.__name__,
+            built_estimator,
+            allowed_changes(master_config, grpo_model),
+        )
+        bound.arguments["policy"] = logger.policy
     result = original(*bound.args, **bound.kwargs)
     logger.check()  # a run whose first step was its last
     return result
@@ -246,7 +262,7 @@ def validation(original: Any) -> Any:
         settings = in_loop_settings(arguments["master_config"])
         if settings is None:
             return original(*args, **kwargs)
-        in_loop_runs["count"] += 1
+        in_loop_steps.append(arguments["step"])
         return validate_in_loop(arguments["policy_generation"], arguments["step"], settings)
 
     return validate
@@ -290,7 +306,7 @@ def sync_validation(original: Any) -> Any:
                 "nemo_mmpo.nemo_rl.install() before importing grpo_train_sync, or set "
                 "evaluation.in_loop=false"
             )
-        in_loop_runs["count"] += 1
+        in_loop_steps.append(arguments["step"])
         return validate_in_loop(_sync_generation, arguments["step"], settings)
 
     return validate_sync

@@ -19,7 +19,7 @@ from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 pytestmark = pytest.mark.nemo_rl
 grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
 import test_trainer_loop
-from test_trainer_loop import TINY_RUN, run_trainer
+from test_trainer_loop import TINY_RUN, estimator_calls, run_trainer  # noqa: F401 (fixture)
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import install
@@ -45,6 +45,39 @@ def penalty_metrics_elsewhere(source: str) -> str:
     old = "                metrics.update(penalty_metrics)\n"
     assert source.count(old) == 2  # grpo_train's, then async_grpo_train's
     return source.replace(old, "                extra_metrics = dict(penalty_metrics)\n", 1)
+
+
+def advantages_clamped(source: str) -> str:
+    """``_clip_grpo_advantages`` clamps at 0 whatever the config says (every loss token of a
+    failed response in a mixed group then differs from the estimator's negative advantage)."""
+    changed, count = re.subn(
+        r'(def _clip_grpo_advantages\(.*?""".*?"""\n)',
+        r"\1    advantages = advantages.clamp(min=0.0)\n",
+        source,
+        count=1,
+        flags=re.DOTALL,
+    )
+    assert count == 1
+    return changed
+
+
+def first_response_masked(source: str) -> str:
+    """``grpo_train`` drops its first response from the loss after the estimator counted it."""
+    changed, count = re.subn(
+        r"(\n( +)train_results = policy\.train\()",
+        r'\n\2train_data["sample_mask"][0] = 0\1',
+        source,
+        count=1,
+    )
+    assert count == 1
+    return changed
+
+
+def no_validation_at_its_period(source: str) -> str:
+    """``grpo_train`` validates only at the end (a period check gone wrong)."""
+    old = "(total_steps + 1) % val_period == 0"
+    assert source.count(old) == 1
+    return source.replace(old, "(total_steps + 1) % val_period == -1")
 
 
 def no_validation_without_a_dataloader(source: str) -> str:
@@ -75,8 +108,28 @@ def forget_new_modules():
             ["grpo.val_at_start=true", "evaluation.enabled=true", "evaluation.in_loop=true"],
             "finished step 1 without running the paper's evaluation",
         ),
+        (advantages_clamped, MMPO, [], "trains its first step (train) on "),
+        (
+            first_response_masked,
+            MMPO,
+            [],
+            "trains its first step (train) on a loss mask that leaves out",
+        ),
+        (
+            no_validation_at_its_period,
+            MMPO,
+            ["grpo.val_period=1", "evaluation.enabled=true", "evaluation.in_loop=true"],
+            "grpo.val_period=1: NeMo-RL",
+        ),
     ],
-    ids=["metrics-to-a-copy", "dmpo-metrics-elsewhere", "validation-skipped"],
+    ids=[
+        "metrics-to-a-copy",
+        "dmpo-metrics-elsewhere",
+        "validation-skipped",
+        "advantages-clamped",
+        "first-response-masked",
+        "no-validation-at-its-period",
+    ],
 )
 def test_a_first_step_without_its_outcome_stops_the_run_in_one_line(
     change, recipe, overrides, says, ray_cluster, tmp_path, monkeypatch, forget_new_modules
@@ -90,9 +143,49 @@ def test_a_first_step_without_its_outcome_stops_the_run_in_one_line(
     message = str(error.value)
     assert "\n" not in message and says in message, message
     assert f"NeMo-RL {nemo_rl_version()}'s grpo_train" in message, message
-    # it stopped at the end of step 1 (NeMo-RL saves a step before logging it): no step 2
-    assert (tmp_path / "checkpoints" / "step_1").exists()
+    # it stopped at the end of step 1 (NeMo-RL saves a step before logging it): no step 2;
+    # advantages that are not the estimator's stop it before the policy trains on them
+    trained_step_1 = "trains its first step" not in says
+    assert (tmp_path / "checkpoints" / "step_1").exists() == trained_step_1
     assert not (tmp_path / "checkpoints" / "step_2").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["grpo.advantage_clip_low=-0.5", "grpo.advantage_clip_high=0.5"],
+        ["grpo.val_period=1", "evaluation.enabled=true", "evaluation.in_loop=true"],
+    ],
+    ids=["the-recipes-own-clip", "validation-every-step"],
+)
+def test_what_the_recipe_asks_for_passes_the_same_checks(
+    overrides,
+    ray_cluster,
+    tmp_path,
+    monkeypatch,
+    estimator_calls,  # noqa: F811 (the imported fixture)
+):
+    """The unchanged trainer, with a clip the recipe sets (allowed for: NeMo-RL clamps as
+    asked) or the paper's evaluation at every step, trains both steps (the evaluation itself
+    recorded: the stand-in engine cannot sample it)."""
+    from nemo_mmpo.nemo_rl import wrappers
+
+    evaluated = []
+
+    def evaluation(generation, step, settings):
+        evaluated.append(step)
+        return {"accuracy": 0.25}, {"total_validation_time": 1.0}
+
+    monkeypatch.setattr(wrappers, "validate_in_loop", evaluation)
+    install()
+    config = master_config_from_recipe(MMPO, [*TINY_RUN, *overrides])
+    policy, _, _ = run_trainer(grpo.grpo_train, config, tmp_path)
+    assert (tmp_path / "checkpoints" / "step_2").exists()
+    assert evaluated == ([1, 2] if "grpo.val_period=1" in overrides else [])
+    if "grpo.advantage_clip_low=-0.5" in overrides:  # the clip did change the advantages
+        assert max(float(call["advantages"].abs().max()) for call in estimator_calls) > 0.5
+        trained = [call["data"]["advantages"] for call in policy.train_calls]
+        assert max(float(advantages.abs().max()) for advantages in trained) <= 0.5
 
 
 def test_the_checking_logger_travels_as_nemo_rls_would():
