@@ -8,9 +8,13 @@ there (``MMPOAdvantageEstimator.__setstate__``), the estimator calls :func:`inst
 which wraps that function in the actor's module so that it also returns the step's ``mmpo/``
 metrics, combined over its chunks (``MMPOAdvantageEstimator.take_step_metrics``).
 :func:`~nemo_mmpo.nemo_rl.install` applies the same wrapper in the driver (to check NeMo-RL's
-side of it; nothing calls it there). No ``nemo_rl`` import, and none of this package's modules
-that import the estimator. Ray unpickles the actor's arguments before it imports the actor's
-module: the hook then waits for that import (a ``sys.meta_path`` finder).
+side of it; nothing calls it there). In the actor it also wraps the names of the first-step
+checks (:data:`FIRST_STEP_CHECKED`, :mod:`~nemo_mmpo.nemo_rl.actor_outcomes`): ``Logger``, so
+that the actor's logger checks the first step's ``mmpo/`` metrics, and ``fields_for_put``, so
+that the advantages put for the loss are compared with the estimator's output until the first
+step's metrics are reduced. No ``nemo_rl`` import, and none of this package's modules that import
+the estimator. Ray unpickles the actor's arguments before it imports the actor's module: the
+hook then waits for that import (a ``sys.meta_path`` finder).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 import weakref
 from typing import Any
 
+from nemo_mmpo.nemo_rl import actor_outcomes
 from nemo_mmpo.on_import import ShimOnImport
 
 #: the original NeMo-RL function, on each wrapper
@@ -29,8 +34,18 @@ HOOKED_IN = "_nemo_mmpo_hooked_in"
 #: the module of the ``SingleControllerActor`` (its step metrics are reduced there)
 SINGLE_CONTROLLER_ACTOR = "nemo_rl.algorithms.single_controller"
 REDUCER = "reduce_advantage_pump_metrics"
+#: the names of the actor's module the first-step checks wrap there: the method of the actor
+#: that must call each and the parameters the wrapper reads (``install()`` checks both on the
+#: driver): single_controller.py:164 and :1801 (main)
+FIRST_STEP_CHECKED = {
+    "Logger": ("SingleControllerActor.__init__", ()),
+    "fields_for_put": ("SingleControllerActor._advantage_stage", ("meta", "fields")),
+}
 #: the estimator unpickled into this process (held weakly)
 _estimator: weakref.ref[Any] | None = None
+#: the first step's put check: ``checking`` from the estimator's unpickling to the first step's
+#: metric reduction; ``compared``: the estimator's output the last put was compared with
+_first_step: dict[str, Any] = {"checking": False, "compared": None}
 
 
 def actor_estimator() -> Any:
@@ -50,6 +65,7 @@ def chunked_metrics_reducer(original: Any) -> Any:
         step_metrics = estimator.take_step_metrics() if estimator is not None else {}
         if step_metrics:  # already step scalars here: the controller logs them as they are
             result = {**(result or {}), **step_metrics}
+        _first_step.update(checking=False, compared=None)  # the first step's chunks are put
         return result
 
     return reduce_advantage_pump_metrics
@@ -64,28 +80,74 @@ def install_in_actor(estimator: Any) -> list[str]:
     import)."""
     global _estimator
     _estimator = weakref.ref(estimator)
+    _first_step.update(checking=True, compared=None)
     module = sys.modules.get(SINGLE_CONTROLLER_ACTOR)
     if module is None:
         if not any(getattr(finder, HOOKED_IN, None) for finder in sys.meta_path):
-            finder = ShimOnImport({SINGLE_CONTROLLER_ACTOR: hook_reducer})
+            finder = ShimOnImport({SINGLE_CONTROLLER_ACTOR: hook_actor})
             setattr(finder, HOOKED_IN, SINGLE_CONTROLLER_ACTOR)
             sys.meta_path.insert(0, finder)
         return []
-    return hook_reducer(module)
+    return hook_actor(module)
 
 
-def hook_reducer(module: Any) -> list[str]:
-    """Wrap ``module``'s ``reduce_advantage_pump_metrics`` (once) with
-    :func:`chunked_metrics_reducer`; returns the hooked ``module.name``."""
-    current = getattr(module, REDUCER, None)
-    if current is None:
-        raise RuntimeError(
-            f"nemo-mmpo cannot report its mmpo/ metrics from NeMo-RL's single controller: "
-            f"{module.__name__} has no {REDUCER!r}; please report the NeMo-RL version"
-        )
-    if getattr(current, HOOKED_IN, None) != module.__name__:
-        wrapper = chunked_metrics_reducer(getattr(current, MARK, current))
-        setattr(wrapper, MARK, getattr(current, MARK, current))
-        setattr(wrapper, HOOKED_IN, module.__name__)
-        setattr(module, REDUCER, wrapper)
-    return [f"{module.__name__}.{REDUCER}"]
+def first_step_logger(original: Any) -> Any:
+    """``Logger`` in the actor's module (single_controller.py:164): NeMo-RL's logger, checked
+    at the end of the first step (:func:`~nemo_mmpo.nemo_rl.actor_outcomes.checked_logger`)
+    where this process has our estimator."""
+
+    @functools.wraps(original, updated=())
+    def logger_checking_the_first_step(*args: Any, **kwargs: Any) -> Any:
+        logger = original(*args, **kwargs)
+        estimator = actor_estimator()
+        return logger if estimator is None else actor_outcomes.checked_logger(logger, estimator)
+
+    return logger_checking_the_first_step
+
+
+def first_step_put(original: Any) -> Any:
+    """``fields_for_put`` in the actor's module (single_controller.py:1801): until the first
+    step's metrics are reduced, the fields put for the loss are compared with the estimator's
+    output for the chunk (:func:`~nemo_mmpo.nemo_rl.actor_outcomes.check_put`); a chunk the
+    estimator was not called for (no training tokens: NeMo-RL puts zeros, :1786) is not."""
+
+    @functools.wraps(original)
+    def fields_for_put(*args: Any, **kwargs: Any) -> Any:
+        estimator = actor_estimator() if _first_step["checking"] else None
+        output = getattr(estimator, "last_output", None)
+        if output is not None and output is not _first_step["compared"]:
+            _first_step["compared"] = output
+            fields = kwargs["fields"] if "fields" in kwargs else args[1]  # (meta, fields)
+            actor_outcomes.check_put(fields, output, f"{SINGLE_CONTROLLER_ACTOR}.fields_for_put")
+        return original(*args, **kwargs)
+
+    return fields_for_put
+
+
+#: what the actor's module gets wrapped with, by name (the reducer's also on the driver)
+ACTOR_WRAPPERS = {
+    REDUCER: chunked_metrics_reducer,
+    "Logger": first_step_logger,
+    "fields_for_put": first_step_put,
+}
+
+
+def hook_actor(module: Any) -> list[str]:
+    """Wrap (once) each of :data:`ACTOR_WRAPPERS` in ``module``; returns the hooked
+    ``module.name``s."""
+    hooked = []
+    for name, wrap in ACTOR_WRAPPERS.items():
+        current = getattr(module, name, None)
+        if current is None:
+            raise RuntimeError(
+                f"nemo-mmpo cannot report its mmpo/ metrics and check its first step in "
+                f"NeMo-RL's single controller: {module.__name__} has no {name!r}; please "
+                "report the NeMo-RL version"
+            )
+        if getattr(current, HOOKED_IN, None) != module.__name__:
+            wrapper = wrap(getattr(current, MARK, current))
+            setattr(wrapper, MARK, getattr(current, MARK, current))
+            setattr(wrapper, HOOKED_IN, module.__name__)
+            setattr(module, name, wrapper)
+        hooked.append(f"{module.__name__}.{name}")
+    return hooked

@@ -32,13 +32,13 @@ from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, actor_hooks, hooks, instal
 
 
 def as_a_fresh_actor_process(monkeypatch):
-    """The module as a new actor process imports it: NeMo-RL's reduction, unhooked, and no
-    estimator built in this process."""
-    original = controller.reduce_advantage_pump_metrics
-    monkeypatch.setattr(
-        controller, "reduce_advantage_pump_metrics", getattr(original, hooks.MARK, original)
-    )
+    """The module as a new actor process imports it: NeMo-RL's reduction (and the names of the
+    first-step checks), unhooked, and no estimator built in this process."""
+    for name in actor_hooks.ACTOR_WRAPPERS:
+        original = getattr(controller, name)
+        monkeypatch.setattr(controller, name, getattr(original, hooks.MARK, original))
     monkeypatch.setattr(actor_hooks, "_estimator", None)
+    monkeypatch.setattr(actor_hooks, "_first_step", {"checking": False, "compared": None})
 
 
 def run_step(estimator, chunks, log_dict):
@@ -94,6 +94,7 @@ def test_unpickled_before_the_controllers_module_is_imported_the_hook_waits_for_
     master_config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
     built = sc_setup._create_advantage_estimator(master_config)
     monkeypatch.setattr(actor_hooks, "_estimator", None)
+    monkeypatch.setattr(actor_hooks, "_first_step", {"checking": False, "compared": None})
     monkeypatch.delitem(sys.modules, hooks.SINGLE_CONTROLLER_ACTOR)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder, this test's only
     unpickled = pickle.loads(pickle.dumps(built))
@@ -101,7 +102,9 @@ def test_unpickled_before_the_controllers_module_is_imported_the_hook_waits_for_
     module = importlib.import_module(hooks.SINGLE_CONTROLLER_ACTOR)  # a fresh copy, as an actor
     assert module is not controller
     reducer = module.reduce_advantage_pump_metrics
-    assert getattr(reducer, actor_hooks.HOOKED_IN, None) == hooks.SINGLE_CONTROLLER_ACTOR
+    for name in actor_hooks.ACTOR_WRAPPERS:  # the reduction and the first-step checks
+        hooked_in = getattr(getattr(module, name), actor_hooks.HOOKED_IN, None)
+        assert hooked_in == hooks.SINGLE_CONTROLLER_ACTOR, name
     batch = step_batch(3)
     unpickled.compute_advantage(*batch)
     metrics = reducer(rewards=[batch[1]], masked_advantages=[], sequence_lengths=[3])

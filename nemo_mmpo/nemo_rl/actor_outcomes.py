@@ -1,0 +1,73 @@
+"""The first-step checks of NeMo-RL main's single controller, inside its ``SingleControllerActor``
+(issue 69; the other trainers': :mod:`nemo_mmpo.nemo_rl.outcomes`).
+
+The controller builds its logger in the actor (single_controller.py:164, ``Logger(master_config
+.logger)``) and puts each streaming chunk's advantages in the data plane for the loss
+(:1778-1801: ``compute_advantage``, then ``fields_for_put(meta, {"advantages": ...})``, with the
+chunk's ``sample_mask`` when ``grpo.seq_logprob_error_threshold`` masks rows), so both are checked
+there, through the names :mod:`~nemo_mmpo.nemo_rl.actor_hooks` wraps in the actor's module:
+
+- :func:`checked_logger`: the logger in :class:`~nemo_mmpo.nemo_rl.outcomes.FirstStepLogger`,
+  whose first step's ``train`` log must hold the ``mmpo/`` metrics;
+- :func:`check_put`: each first-step chunk's advantages must be the estimator's last output
+  (``last_output``) on the estimator's mask, unchanged: the controller applies no advantage
+  clip and no message-level penalty, so nothing may change them
+  (:func:`~nemo_mmpo.nemo_rl.outcomes.advantage_difference` with no allowed change).
+
+Otherwise the actor stops in one line naming the trainer and NeMo-RL's version (the driver
+receives it in Ray's ``RayTaskError``; :func:`nemo_mmpo.errors.handle` prints its cause's line).
+The controller validates nothing (it refuses ``grpo.val_*``): ``evaluation.in_loop`` is refused
+before it trains (:func:`~nemo_mmpo.nemo_rl.refusals.single_controller_problem`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl.outcomes import FirstStepLogger, advantage_difference, allowed_changes
+
+TRAINER = "single controller (run_grpo_single_controller.py)"
+#: the data-plane fields ``_advantage_stage`` puts (``AdvantageConfig``, config.py:800, main)
+ADVANTAGES_FIELD = "advantages"
+SAMPLE_MASK_FIELD = "sample_mask"
+
+
+def checked_logger(logger: Any, estimator: Any) -> Any:
+    """The actor's ``logger``, checked at the end of its first step for ``estimator``'s
+    ``mmpo/`` metrics (the controller refuses DMPO and validation, so nothing else is due)."""
+    config = {"grpo": {"adv_estimator": {"name": estimator.settings.name}}}
+    checked = FirstStepLogger(logger, TRAINER, config)
+    return checked if checked.checks_anything else logger
+
+
+def put_difference(fields: Mapping[str, Any], output: tuple[Any, Any]) -> str | None:
+    """How the ``fields`` the controller puts for the loss differ from ``output``, the
+    estimator's ``(row advantages, mask)`` for the same chunk; None where they do not. The loss
+    counts ``token_mask * sample_mask``: the estimator's mask, where the controller puts no
+    ``sample_mask``; else the estimator's mask on the rows that put ``sample_mask`` keeps."""
+    row_advantages, mask = output
+    advantages = fields.get(ADVANTAGES_FIELD)
+    if advantages is None:
+        return f"no {ADVANTAGES_FIELD!r} field (it puts {', '.join(map(repr, fields))})"
+    sample_mask = fields.get(SAMPLE_MASK_FIELD)
+    loss_mask = mask if sample_mask is None else mask * (sample_mask.reshape(-1, 1) != 0)
+    no_change = allowed_changes({"grpo": {}})  # no clip, no penalty in the controller
+    return advantage_difference(advantages, loss_mask, row_advantages, mask, no_change)
+
+
+def check_put(fields: Mapping[str, Any], output: tuple[Any, Any], where: str) -> None:
+    """Raise where the first step's ``fields`` for the loss are not the estimator's
+    ``output`` (:func:`put_difference`); ``where``: the put's ``module.function``."""
+    difference = put_difference(fields, output)
+    if difference is None:
+        return
+    from nemo_mmpo.nemo_rl.contract import nemo_rl_version
+
+    raise MMPOInputError(
+        f"NeMo-RL {nemo_rl_version()}'s {TRAINER} puts its first step's advantages for the "
+        f"loss ({where}) not as nemo-mmpo's estimator gave them: {difference}; something "
+        "between the estimator and the data plane changed them (a clip or another mask), so "
+        "the run stops before training on them; please report the NeMo-RL version"
+    )
