@@ -83,6 +83,9 @@ class FirstStepLogger:
         self._step: int | None = None  # the step being logged
         self._ended = False
         self._keys: set[str] = set()
+        #: the error a check raised (a trainer that catches it, as v0.7.0's async loop does at
+        #: grpo.py:4321, has it raised again when it returns: ``wrappers.checking_first_step``)
+        self.error: MMPOInputError | None = None
         self._pending = bool(self._expected or self._validates_at_start or self._val_period)
 
     def __getattr__(self, name: str) -> Any:
@@ -124,7 +127,15 @@ class FirstStepLogger:
         return key in self._keys
 
     def _end_step(self) -> None:
-        """Check what must have happened by the end of step ``self._step`` (raises if not)."""
+        """Check what must have happened by the end of step ``self._step`` (raises if not,
+        keeping the error in :attr:`error`)."""
+        try:
+            self._check_step()
+        except MMPOInputError as error:
+            self.error = error
+            raise
+
+    def _check_step(self) -> None:
         step, self._ended = self._step, True
         validated = in_loop_steps[self._validated_before :]
         if self._first is None:
@@ -257,6 +268,8 @@ class FirstStepPolicy:
         self._changes = changes
         #: whether a training call brought advantages (checked) yet
         self.seen = False
+        #: the error the check raised (as :attr:`FirstStepLogger.error`)
+        self.error: MMPOInputError | None = None
 
     def __getattr__(self, name: str) -> Any:
         if name == "_policy" or name.startswith("__"):  # copied or unpickled before __init__
@@ -293,8 +306,9 @@ class FirstStepPolicy:
                 batch["advantages"], loss_mask, row_advantages, mask, self._changes
             )
         if difference is not None:
-            raise MMPOInputError(
+            self.error = MMPOInputError(
                 f"{where(self._trainer)} trains its first step ({name}) on {difference}: "
                 "something between nemo-mmpo's estimator and NeMo-RL's loss changed them, so "
                 "the run stops before training on them; please report the NeMo-RL version"
             )
+            raise self.error

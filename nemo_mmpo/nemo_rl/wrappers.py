@@ -218,6 +218,10 @@ def checking_first_step(original: Any, args: tuple, kwargs: dict) -> Any:
         bound.arguments["policy"] = logger.policy
     result = original(*bound.args, **bound.kwargs)
     logger.check()  # a run whose first step was its last
+    # a trainer that caught a check's error and returned (v0.7.0's async loop prints it)
+    for error in (logger.error, logger.policy.error if logger.policy else None):
+        if error is not None:
+            raise error
     return result
 
 

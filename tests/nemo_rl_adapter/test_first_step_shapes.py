@@ -10,8 +10,8 @@ in ``test_first_step_outcomes.py``) and run with the stand-ins of ``test_trainer
   ``grpo_train``'s metrics hook, ``async_grpo_train``'s ``last_metrics`` read.
 
 Each run stops at the end of step 1 in one line naming the trainer and NeMo-RL's version (on
-v0.7.0, ``async_grpo_train`` stops there and prints the line but returns normally: strict
-xfails, :data:`SWALLOWS_ITS_ERRORS`); the gated ``grpo_train`` with the setting on trains both
+v0.7.0, ``async_grpo_train`` catches it and returns; the hooked trainer raises it again:
+:data:`ASYNC_SHAPE`); the gated ``grpo_train`` with the setting on trains both
 steps, and the unchanged trainers pass the same check in ``test_trainer_loop.py``
 (``test_grpo_train_runs_our_estimator_and_loss``,
 ``test_async_grpo_train_runs_our_estimator_and_loss``). And ``async_grpo_train`` gaining
@@ -21,7 +21,6 @@ refused with ``evaluation.in_loop`` when the trainer starts, in one line, before
 
 from __future__ import annotations
 
-import inspect
 import re
 import sys
 
@@ -53,23 +52,10 @@ LAST_METRICS_READ = (
 )
 
 
-#: v0.7.0's ``async_grpo_train`` prints what its loop raises and returns (grpo.py:4321-4325):
-#: the run stops at the end of step 1 with the line printed, but the trainer returns normally
-#: (main's re-raises, grpo.py:5426). Its async shapes are strict xfails there (issue 69): they
-#: fail here, as ``pytest.raises`` finds no error, until nemo-mmpo raises after the trainer
-#: returns.
-SWALLOWS_ITS_ERRORS = "traceback.print_exc()\n        raise\n" not in inspect.getsource(
-    grpo.async_grpo_train
-)
-ASYNC_SHAPE = [
-    pytest.mark.alternating,
-    pytest.mark.xfail(
-        SWALLOWS_ITS_ERRORS,
-        reason="this NeMo-RL's async_grpo_train prints the first-step error and returns",
-        raises=pytest.fail.Exception,
-        strict=True,
-    ),
-]
+#: v0.7.0's ``async_grpo_train`` prints what its loop raises and returns (grpo.py:4321-4325;
+#: main's re-raises, grpo.py:5426): the hooked trainer raises the check's error again when it
+#: returns (``wrappers.checking_first_step``), so the async shapes stop on both snapshots.
+ASYNC_SHAPE = [pytest.mark.alternating]
 
 
 def metrics_hook_only_if(condition: str, source: str) -> str:
