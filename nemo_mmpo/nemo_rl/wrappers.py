@@ -43,6 +43,7 @@ from nemo_mmpo.nemo_rl.refusals import (
     ppo_estimator_problem,
     ppo_loss_problem,
     refuse,
+    single_controller_problem,
     trainer_problem,
 )
 
@@ -327,10 +328,11 @@ def sync_estimator_factory(original: Any) -> Any:
 def single_controller_estimator_factory(original: Any) -> Any:
     """The single controller's factory (setup.py:784): ours, called once per streaming chunk
     in its actor (single_controller.py:1778), so its metrics combine over a step's chunks; and
-    DMPO refused here too (the controller never calls the penalties hook), also for a driver
+    DMPO and evaluation.in_loop refused here too (:func:`~nemo_mmpo.nemo_rl.refusals.
+    single_controller_problem`: no penalties hook, no validation), also for a driver
     that builds its own loss (``install(loss=False)``)."""
     trainer = "single controller (run_grpo_single_controller.py)"
-    return estimator_factory(original, in_master_config(dmpo_refused(trainer)), True)
+    return estimator_factory(original, single_controller_problem(trainer), True)
 
 
 def single_controller_builder(original: Any) -> Any:
@@ -341,7 +343,7 @@ def single_controller_builder(original: Any) -> Any:
     setup.py imports the factory itself. Whatever it reaches, a ``grpo.adv_estimator.name`` of
     ours that does not come back as our estimator stops the run in one line."""
     trainer = "single controller (run_grpo_single_controller.py)"
-    terms = (in_master_config(dmpo_refused(trainer)), True)
+    terms = (single_controller_problem(trainer), True)
 
     @functools.wraps(original)
     def build_advantage_estimator(*args: Any, **kwargs: Any) -> Any:

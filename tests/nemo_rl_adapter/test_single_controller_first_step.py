@@ -271,3 +271,12 @@ def test_in_loop_evaluation_is_refused_for_the_single_controller():
     assert "set evaluation.in_loop=false" in message
     assert problem({"evaluation": {**evaluation, "in_loop": False}}) is None
     assert "dmpo cannot train" in problem({"loss_fn": {"name": "dmpo"}})
+
+
+def test_the_hooked_single_controller_factory_refuses_in_loop_evaluation():
+    """install()'s path: the single controller's factory hook refuses it before the actor."""
+    install()
+    overrides = ["evaluation.enabled=true", "evaluation.in_loop=true"]
+    config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", overrides)
+    with pytest.raises(MMPOInputError, match=r"^evaluation.in_loop=true: NeMo-RL "):
+        sc_setup._create_advantage_estimator(config)
