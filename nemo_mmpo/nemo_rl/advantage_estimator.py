@@ -156,7 +156,7 @@ class MMPOAdvantageEstimator:
         self.row_mask_keywords = row_mask_keywords()
         self._untaken_metrics: dict[str, float] = {}
         #: ``(advantages [batch], mask [batch, seq_len])`` of the last call: what the first-step
-        #: check compares the loss's advantages with (:mod:`nemo_mmpo.nemo_rl.outcomes`)
+        #: check compares the loss's advantages with (``nemo_mmpo.nemo_rl.outcomes``)
         self.last_output: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def compute_advantage(
