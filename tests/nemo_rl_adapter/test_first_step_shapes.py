@@ -127,6 +127,9 @@ def forget_new_modules():
             del sys.modules[name]
 
 
+ASYNC_UTILS = "nemo_rl.algorithms.async_utils"
+
+
 def async_run(trainer, config, tmp_path):
     """``trainer`` (a changed ``async_grpo_train``) as ``test_trainer_loop.async_trainer`` runs
     NeMo-RL's: its collector and replay buffer on this interpreter."""
@@ -140,6 +143,11 @@ def async_run(trainer, config, tmp_path):
 def run_changed(change, recipe, overrides, tmp_path, monkeypatch, trainer="grpo_train"):
     changed = load_changed(grpo, change, monkeypatch)
     monkeypatch.setattr(test_trainer_loop, "grpo", changed)  # its loss built as setup() does
+    # a collector an earlier test imported holds another grpo's MasterConfig: Ray would pickle
+    # its class by value and refuse this grpo's config (isinstance), so install() imports it
+    # again against the changed grpo (the earlier one restored after the test)
+    for name in [name for name in sys.modules if name.startswith(ASYNC_UTILS)]:
+        monkeypatch.delitem(sys.modules, name)
     install()
     config = master_config_from_recipe(recipe, overrides)
     if trainer == "async_grpo_train":
