@@ -25,8 +25,34 @@ def test_calls_pass_through_as_made_and_a_missing_metric_stops_step_one():
         mock.call({"reward": 1.0}, 1, prefix="train"),
         mock.call({"x": 1}, 1, "timing/other"),
     ]
-    with pytest.raises(MMPOInputError, match="grpo_train logged step 1's train metrics with no"):
+    with pytest.raises(MMPOInputError, match="grpo_train logged step 1's metrics with no"):
         logger.log_metrics({}, 1, prefix="timing/train")
+
+
+def test_the_first_step_counts_its_metrics_under_any_prefix():
+    """A NeMo-RL that logs the estimator's metrics apart from ``train`` still shows them;
+    one that ends its first step (``timing/train``) without any stops there."""
+    logger = FirstStepLogger(mock.MagicMock(), "grpo_train", OURS)
+    logger.log_metrics({"reward": 0.5}, 0, prefix="validation")  # val_at_start: not a step
+    logger.log_metrics({"mmpo/weight_mean": 1.0}, 1, prefix="estimator")
+    logger.log_metrics({"reward": 1.0}, 1, prefix="train")
+    logger.log_metrics({}, 1, prefix="timing/train")
+    assert not logger.checks_anything  # checked and passed
+    silent = FirstStepLogger(mock.MagicMock(), "grpo_train", OURS)
+    silent.log_metrics({"mmpo/weight_mean": 1.0}, 0, prefix="validation")  # another step's
+    with pytest.raises(MMPOInputError, match="logged step 1's metrics with no mmpo/ metrics"):
+        silent.log_metrics({"time": 1.0}, 1, prefix="timing/train")  # no train log at all
+
+
+def test_a_trainer_that_trains_without_logging_a_step_stops_when_it_returns():
+    logger = FirstStepLogger(mock.MagicMock(), "grpo_train", OURS)
+    logger.policy = mock.MagicMock(seen=False)
+    logger.log_metrics({"reward": 1.0}, 1, prefix="training")  # a prefix it does not know
+    logger.check()  # nothing trained: nothing to say (a finished run resumed, say)
+    logger.policy.seen = True
+    with pytest.raises(MMPOInputError, match="returned without logging a train or timing/"):
+        logger.check()
+    assert logger.error is not None
 
 
 def test_nothing_to_check_for_nemo_rls_own_estimator():

@@ -20,14 +20,17 @@ run with two of their arguments passed through a checker:
 
 Otherwise the run stops there in one line naming the trainer and NeMo-RL's version (the
 advantages before the policy trains on them): one step costs less than a run trained without
-a word of what it was for. A step ends, for the check, at its ``timing/train`` log (NeMo-RL
-logs it right after the ``train`` metrics), at the first log of a later step, or when the
-trainer returns.
+a word of what it was for. The first step is the first step number on a ``train`` or
+``timing/train`` log; its metrics are every key logged at that number under any prefix (a
+NeMo-RL that logs the estimator's metrics under another prefix still shows them). It ends, for
+the check, at its ``timing/train`` log (NeMo-RL logs it right after the ``train`` metrics), at
+the first log of a later step, or when the trainer returns; a trainer that trained its policy
+but never logged a ``train`` or ``timing/train`` step is stopped when it returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -82,7 +85,8 @@ class FirstStepLogger:
         self._validation_due: int | None = None  # the first step that must validate
         self._step: int | None = None  # the step being logged
         self._ended = False
-        self._keys: set[str] = set()
+        #: the metric keys logged at each step number not yet checked, under any prefix
+        self._logged: dict[int, set[str]] = {}
         #: the error a check raised (a trainer that catches it, as v0.7.0's async loop does at
         #: grpo.py:4321, has it raised again when it returns: ``wrappers.checking_first_step``)
         self.error: MMPOInputError | None = None
@@ -107,24 +111,35 @@ class FirstStepLogger:
         if self._pending and isinstance(step, int) and isinstance(prefix, str):
             if self._step is not None and step > self._step and not self._ended:
                 self._end_step()
-            if prefix == "train" and self._pending:
-                if self._step is None or step > self._step:  # a new step's first train log
-                    self._step, self._keys, self._ended = step, set(), False
-                self._keys.update(map(str, dict(metrics or {})))
-            elif self._step == step and prefix.startswith("timing/train") and not self._ended:
-                self._end_step()
+            if self._pending:
+                keys = map(str, metrics) if isinstance(metrics, Mapping) else ()
+                self._logged.setdefault(step, set()).update(keys)
+                trains = prefix == "train" or prefix.startswith("timing/train")
+                if trains and (self._step is None or step > self._step):  # a new step
+                    self._step, self._ended = step, False
+                if self._step == step and prefix.startswith("timing/train") and not self._ended:
+                    self._end_step()
         return self._logger.log_metrics(*args, **kwargs)
 
     def check(self) -> None:
         """End the step being logged (the trainer returned); raises as a step's end does."""
         if self._pending and self._step is not None and not self._ended:
             self._end_step()
+        elif self._step is None and self.policy is not None and self.policy.seen:
+            self.error = MMPOInputError(
+                f"{where(self._trainer)} trained its policy and returned without logging a "
+                "train or timing/train step, so nemo-mmpo could not check that its "
+                f"{ESTIMATOR_METRICS} metrics reached the logger; please report the NeMo-RL "
+                "version"
+            )
+            raise self.error
 
     def _has(self, key: str) -> bool:
         """Whether the step logged ``key`` (a prefix where it ends with ``/``)."""
+        keys = self._logged.get(self._step, set())
         if key.endswith("/"):
-            return any(logged.startswith(key) for logged in self._keys)
-        return key in self._keys
+            return any(logged.startswith(key) for logged in keys)
+        return key in keys
 
     def _end_step(self) -> None:
         """Check what must have happened by the end of step ``self._step`` (raises if not,
@@ -137,6 +152,7 @@ class FirstStepLogger:
 
     def _check_step(self) -> None:
         step, self._ended = self._step, True
+        self._logged = {logged: keys for logged, keys in self._logged.items() if logged >= step}
         validated = in_loop_steps[self._validated_before :]
         if self._first is None:
             self._first = step
@@ -164,7 +180,7 @@ class FirstStepLogger:
         ]
         if missing:
             raise MMPOInputError(
-                f"{where(self._trainer)} logged step {step}'s train metrics with "
+                f"{where(self._trainer)} logged step {step}'s metrics with "
                 f"{' and '.join(missing)}: nemo-mmpo's hooks ran, but what they add no longer "
                 "reaches the logger in this NeMo-RL, so the run stops at its first step rather "
                 "than train without them; please report the NeMo-RL version"

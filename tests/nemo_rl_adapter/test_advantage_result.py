@@ -162,7 +162,7 @@ def test_a_trainer_that_drops_the_results_metrics_stops_at_step_one(
         run_trainer(changed_grpo.grpo_train, config, tmp_path)
     message = str(error.value)
     assert "\n" not in message and message.startswith(
-        f"NeMo-RL {nemo_rl_version()}'s grpo_train logged step 1's train metrics with no mmpo/ "
+        f"NeMo-RL {nemo_rl_version()}'s grpo_train logged step 1's metrics with no mmpo/ "
         "metrics (grpo.adv_estimator.name=mmpo)"
     ), message
     assert not (tmp_path / "checkpoints" / "step_2").exists()

@@ -49,7 +49,7 @@ MUTATIONS = {
     "metrics_elsewhere": (
         REDUCED,
         "self._pump_metrics = reduce_advantage_pump_metrics(**self._step_log_dict)",
-        "logged step 1's train metrics with no mmpo/ metrics (grpo.adv_estimator.name=mmpo)",
+        "logged step 1's metrics with no mmpo/ metrics (grpo.adv_estimator.name=mmpo)",
     ),
     "clipped": (
         PUT,
