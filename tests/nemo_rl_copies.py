@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import patience
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,6 +128,31 @@ def load_changed(module, change, monkeypatch):
     code = compile(change(source), module.__file__, "exec", dont_inherit=True)
     exec(code, changed.__dict__)
     return changed
+
+
+def metrics_argument(source: str, expression: str) -> str:
+    """``grpo.py``'s ``source`` with ``grpo_train`` handing its metrics hook
+    (``_log_mixed_rewards_and_advantages_information``) ``expression`` for the step's
+    ``metrics``; ``expression`` may read ``metrics``."""
+    changed, count = re.subn(
+        r"(_log_mixed_rewards_and_advantages_information\(\s*logger=logger,\s*"
+        r"total_steps=total_steps,\s*)metrics=metrics,",
+        lambda match: f"{match.group(1)}metrics={expression},",
+        source,
+    )
+    assert count == 1  # grpo_train's (async_grpo_train reads the estimator's last_metrics)
+    return changed
+
+
+@pytest.fixture
+def forget_new_modules():
+    """NeMo-RL's modules first imported during the test (against a changed module
+    :func:`load_changed` put in their place) forgotten after it."""
+    imported_before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - imported_before:
+        if name.startswith("nemo_rl."):
+            del sys.modules[name]
 
 
 def renamed_clip_keys(algorithms: Path) -> None:

@@ -10,10 +10,9 @@ same check in ``test_trainer_loop.py``'s runs.
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
-from nemo_rl_copies import load_changed
+from nemo_rl_copies import forget_new_modules, load_changed, metrics_argument  # noqa: F401 (fixture)
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
 pytestmark = pytest.mark.nemo_rl
@@ -30,14 +29,7 @@ MMPO, DMPO = "mmpo_math_qwen3_1.7b.yaml", "dmpo_math_qwen3_1.7b.yaml"
 
 def metrics_to_a_copy(source: str) -> str:
     """``grpo_train`` passes the metrics hook ``dict(metrics)``, not the step's metrics."""
-    changed, count = re.subn(
-        r"(_log_mixed_rewards_and_advantages_information\(\s*logger=logger,\s*"
-        r"total_steps=total_steps,\s*)metrics=metrics,",
-        r"\1metrics=dict(metrics),",
-        source,
-    )
-    assert count == 1
-    return changed
+    return metrics_argument(source, "dict(metrics)")
 
 
 def penalty_metrics_elsewhere(source: str) -> str:
@@ -88,15 +80,7 @@ def no_validation_without_a_dataloader(source: str) -> str:
     )
 
 
-@pytest.fixture
-def forget_new_modules():
-    imported_before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - imported_before:
-        if name.startswith("nemo_rl."):
-            del sys.modules[name]
-
-
+@pytest.mark.usefixtures("forget_new_modules")
 @pytest.mark.parametrize(
     ("change", "recipe", "overrides", "says"),
     [
@@ -132,7 +116,7 @@ def forget_new_modules():
     ],
 )
 def test_a_first_step_without_its_outcome_stops_the_run_in_one_line(
-    change, recipe, overrides, says, ray_cluster, tmp_path, monkeypatch, forget_new_modules
+    change, recipe, overrides, says, ray_cluster, tmp_path, monkeypatch
 ):
     changed = load_changed(grpo, change, monkeypatch)
     monkeypatch.setattr(test_trainer_loop, "grpo", changed)  # its loss built as setup() does

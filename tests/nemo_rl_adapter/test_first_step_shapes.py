@@ -25,7 +25,7 @@ import re
 import sys
 
 import pytest
-from nemo_rl_copies import load_changed
+from nemo_rl_copies import forget_new_modules, load_changed, metrics_argument  # noqa: F401 (fixture)
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
 pytestmark = pytest.mark.nemo_rl
@@ -85,14 +85,9 @@ def metrics_hook_for_nemo_rls_estimators(source: str) -> str:
 def throwaway_metrics_for_other_estimators(source: str) -> str:
     """``grpo_train`` hands the metrics hook the step's metrics for NeMo-RL's estimators only,
     a dict nobody reads otherwise."""
-    changed, count = re.subn(
-        r"(_log_mixed_rewards_and_advantages_information\(\s*logger=logger,\s*"
-        r"total_steps=total_steps,\s*)metrics=metrics,",
-        rf"\1metrics=metrics if isinstance(adv_estimator, {NEMO_RL_ESTIMATORS}) else {{}},",
-        source,
+    return metrics_argument(
+        source, f"metrics if isinstance(adv_estimator, {NEMO_RL_ESTIMATORS}) else {{}}"
     )
-    assert count == 1
-    return changed
 
 
 def metrics_hook_gated_by_a_logger_setting(source: str) -> str:
@@ -116,15 +111,6 @@ def last_metrics_gated_by_a_logger_setting(source: str) -> str:
         f"                        {LOG_SETTING}\n                        and "
         + LAST_METRICS_READ.lstrip(),
     )
-
-
-@pytest.fixture
-def forget_new_modules():
-    imported_before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - imported_before:
-        if name.startswith("nemo_rl."):
-            del sys.modules[name]
 
 
 ASYNC_UTILS = "nemo_rl.algorithms.async_utils"
@@ -174,9 +160,10 @@ SHAPES = [
 ]
 
 
+@pytest.mark.usefixtures("forget_new_modules")
 @pytest.mark.parametrize(("change", "trainer"), SHAPES)
 def test_estimator_metrics_that_never_reach_the_logger_stop_the_run_at_step_one(
-    change, trainer, ray_cluster, tmp_path, monkeypatch, forget_new_modules
+    change, trainer, ray_cluster, tmp_path, monkeypatch
 ):
     recipe, overrides = (ASYNC, ASYNC_RUN) if trainer == "async_grpo_train" else (MMPO, TINY_RUN)
     with pytest.raises(MMPOInputError) as error:
@@ -189,8 +176,9 @@ def test_estimator_metrics_that_never_reach_the_logger_stop_the_run_at_step_one(
     assert not (tmp_path / "checkpoints" / "step_2").exists()
 
 
+@pytest.mark.usefixtures("forget_new_modules")
 def test_the_same_copy_with_its_logger_setting_on_trains_both_steps(
-    ray_cluster, tmp_path, monkeypatch, forget_new_modules
+    ray_cluster, tmp_path, monkeypatch
 ):
     """The gate is the only change: with ``logger.log_advantage_stats`` set, our metrics reach
     the logger at both steps and the check passes (``grpo_train``; ``async_grpo_train``'s read
@@ -239,11 +227,11 @@ def overlapped_validation(source: str) -> str:
     return head + start + body.replace(old, overlapped + old)
 
 
+@pytest.mark.usefixtures("forget_new_modules")
 def test_overlapped_validation_in_a_copy_is_refused_before_step_one(
     ray_cluster,
     tmp_path,
     monkeypatch,
-    forget_new_modules,
     estimator_calls,  # noqa: F811
 ):
     overrides = [
