@@ -85,7 +85,8 @@ class FirstStepLogger:
         self._validation_due: int | None = None  # the first step that must validate
         self._step: int | None = None  # the step being logged
         self._ended = False
-        #: the metric keys logged at each step number not yet checked, under any prefix
+        #: the metric keys logged at each step number, under any prefix, until the first
+        #: step is checked
         self._logged: dict[int, set[str]] = {}
         #: the error a check raised (a trainer that catches it, as v0.7.0's async loop does at
         #: grpo.py:4321, has it raised again when it returns: ``wrappers.checking_first_step``)
@@ -112,12 +113,12 @@ class FirstStepLogger:
             if self._step is not None and step > self._step and not self._ended:
                 self._end_step()
             if self._pending:
-                keys = map(str, metrics) if isinstance(metrics, Mapping) else ()
-                self._logged.setdefault(step, set()).update(keys)
-                trains = prefix == "train" or prefix.startswith("timing/train")
-                if trains and (self._step is None or step > self._step):  # a new step
-                    self._step, self._ended = step, False
-                if self._step == step and prefix.startswith("timing/train") and not self._ended:
+                if self._first is None and isinstance(metrics, Mapping):  # until step 1's check
+                    self._logged.setdefault(step, set()).update(map(str, metrics))
+                ends_step = prefix.startswith("timing/train")
+                if (prefix == "train" or ends_step) and (self._step is None or step > self._step):
+                    self._step, self._ended = step, False  # a new step
+                if ends_step and self._step == step and not self._ended:
                     self._end_step()
         return self._logger.log_metrics(*args, **kwargs)
 
@@ -152,11 +153,11 @@ class FirstStepLogger:
 
     def _check_step(self) -> None:
         step, self._ended = self._step, True
-        self._logged = {logged: keys for logged, keys in self._logged.items() if logged >= step}
         validated = in_loop_steps[self._validated_before :]
         if self._first is None:
             self._first = step
             self._check_first_step(step, validated)
+            self._logged.clear()  # read only for the first step
             if self._val_period > 0:
                 due = max(step, self._val_start_at, 1)
                 self._validation_due = due + (-due) % self._val_period
