@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from nemo_rl_copies import forget_new_modules  # noqa: F401 (fixture)
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe
 
 pytestmark = pytest.mark.nemo_rl
@@ -76,13 +77,12 @@ def changed_source(source: str) -> str:
 
 
 @pytest.fixture
-def changed_grpo(monkeypatch):
+def changed_grpo(monkeypatch, forget_new_modules):  # noqa: F811 (the imported fixture)
     """The changed trainer module, installed as ``nemo_rl.algorithms.grpo`` for the test.
     NeMo-RL modules first imported during the test (``from nemo_rl.algorithms.grpo import
     MasterConfig`` binds the changed module's classes) are forgotten afterwards, so later tests
     import them against the real trainer (on main, the async trajectory collector's
     ``isinstance`` check on the master config sees the real class again)."""
-    imported_before = set(sys.modules)
     source = Path(grpo.__file__).read_text()
     assert source.count(CALL) >= 2  # grpo_train and async_grpo_train
     spec = importlib.util.spec_from_loader(grpo.__name__, loader=None, origin=grpo.__file__)
@@ -92,10 +92,7 @@ def changed_grpo(monkeypatch):
     exec(compile(changed_source(source), grpo.__file__, "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, grpo.__name__, module)
     monkeypatch.setattr(advantage_module, "AdvantageResult", AdvantageResult, raising=False)
-    yield module
-    for name in set(sys.modules) - imported_before:
-        if name.startswith("nemo_rl."):
-            del sys.modules[name]
+    return module
 
 
 @pytest.mark.alternating

@@ -36,7 +36,10 @@ from typing import Literal
 
 import pytest
 import torch
-from nemo_rl_copies import load_changed  # pydantic resolves annotations in sys.modules
+from nemo_rl_copies import (  # pydantic resolves annotations in sys.modules
+    forget_new_modules,  # noqa: F401 (fixture)
+    load_changed,
+)
 from nemo_rl_support import import_nemo_rl, master_config_from_recipe, nemo_rl_checkout
 from single_controller_recipe import SINGLE_CONTROLLER_RECIPE
 
@@ -128,11 +131,10 @@ def calculate_with_flag(original):
 
 
 @pytest.fixture
-def next_api(monkeypatch):
+def next_api(monkeypatch, forget_new_modules):  # noqa: F811 (the imported fixture)
     """The changed ``advantage_estimator`` and ``grpo`` modules, installed for the test; NeMo-RL
     modules first imported during the test are forgotten afterwards (as in
     ``test_advantage_result.py``)."""
-    imported_before = set(sys.modules)
     monkeypatch.setattr(
         utils_module,
         "calculate_baseline_and_std_per_prompt",
@@ -143,10 +145,7 @@ def next_api(monkeypatch):
         lambda s: grpo_honours_valid_mask(three_values(literal_name(s))),
         monkeypatch,
     )
-    yield load_changed(grpo, lambda s: valid_mask_passed(three_values(s)), monkeypatch)
-    for name in set(sys.modules) - imported_before:
-        if name.startswith("nemo_rl."):
-            del sys.modules[name]
+    return load_changed(grpo, lambda s: valid_mask_passed(three_values(s)), monkeypatch)
 
 
 def test_the_simulated_literal_refuses_mmpo_until_install(next_api):
