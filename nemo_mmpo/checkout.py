@@ -39,3 +39,20 @@ def find_nemo_rl_root() -> Path | None:
         if (candidate / "examples" / "configs").is_dir() and (candidate / "nemo_rl").is_dir():
             return candidate.resolve()
     return None
+
+
+def worker_pythonpath() -> str:
+    """The directory that makes ``import nemo_mmpo`` work in NeMo-RL's Ray workers (and the
+    watcher's processes in their environments): the folder holding ``nemo_mmpo``."""
+    if REPO_ROOT.name not in ("site-packages", "dist-packages"):
+        return str(REPO_ROOT)  # a source checkout: its root holds nemo_mmpo/ and nothing else
+    # Installed into an environment: expose only our package, not the driver's site-packages.
+    link_dir = Path(os.environ.get("NEMO_MMPO_WORKER_PATH", Path.home() / ".cache/nemo-mmpo/path"))
+    link_dir.mkdir(parents=True, exist_ok=True)
+    link = link_dir / "nemo_mmpo"
+    target = REPO_ROOT / "nemo_mmpo"
+    if not (link.is_symlink() and link.resolve() == target):
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=True)
+    return str(link_dir)

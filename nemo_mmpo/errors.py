@@ -30,8 +30,6 @@ class TrainingStalledError(RuntimeError):
 
 # what to install nemo-mmpo from when it does not run from a source folder (not on PyPI)
 SOURCE_PLACEHOLDER = "<your nemo-mmpo clone>"
-# NeMo-RL's own extras the watcher needs in its environment (its uv project's --extra)
-NEMO_RL_WATCHER_EXTRAS = "--extra vllm --extra mcore"
 
 
 def install_command(extra: str) -> str:

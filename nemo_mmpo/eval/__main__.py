@@ -137,6 +137,7 @@ def watch(args: argparse.Namespace) -> None:
     from nemo_mmpo.eval.run_summary import write_summary
     from nemo_mmpo.eval.watch import vllm_engine
     from nemo_mmpo.eval.watch import watch as watch_checkpoints
+    from nemo_mmpo.eval.worker_environments import move_into_nemo_rl
 
     loaded = load(Path(args.config).expanduser(), args.overrides)
     config = loaded.config  # its relative paths (checkpoints, logs, data): from here, as train's
@@ -154,24 +155,27 @@ def watch(args: argparse.Namespace) -> None:
             "evaluate (set checkpointing.enabled=true)"
         )
     every = args.every or config["grpo"].get("val_period") or config["checkpointing"]["save_period"]
+    cpu_rig = is_cpu_rig_recipe(config)  # its checkpoints and vLLM need the rig's CPU answers
+    backend = args.backend or ("hf" if cpu_rig else "vllm")
     if args.check:  # what the watcher would do, without watching (slurm/watch_mmpo.sh's check)
         print(
             f"watch: {config['checkpointing']['checkpoint_dir']}, every {every} steps to step "
-            f"{config['grpo']['max_num_steps']} ({args.backend}); evaluation: "
+            f"{config['grpo']['max_num_steps']} ({backend}); evaluation: "
             f"{', '.join(settings.benchmarks) or 'none named'}, into "
             f"{settings.output_dir}"
         )
         return
+    if backend == "vllm" or (config["policy"].get("megatron_cfg") or {}).get("enabled"):
+        move_into_nemo_rl(args.argv)  # NeMo-RL finds the vLLM and Megatron workers' environments
     engine_options, environment = vllm_engine(config["policy"])
-    for name, value in environment.items():  # set before vLLM is imported; the caller's win
+    for name, value in environment.items():  # vLLM's process inherits them; the caller's win
         os.environ.setdefault(name, value)
-    cpu_rig = is_cpu_rig_recipe(config)  # its checkpoints and vLLM need the rig's CPU answers
     done = watch_checkpoints(
         settings,
         Path(config["checkpointing"]["checkpoint_dir"]),
         Path(config["logger"]["log_dir"]) / "tensorboard" / "paper_evaluation",
         every,
-        backend=args.backend,
+        backend=backend,
         follow=args.follow,
         last_step=config["grpo"]["max_num_steps"],
         poll_seconds=args.poll_seconds,
@@ -180,7 +184,7 @@ def watch(args: argparse.Namespace) -> None:
         nemo_rl_root=loaded.nemo_rl_root or find_nemo_rl_root(),
         engine_options=engine_options,
         converter_setup=CPU_RIG_CONVERTER_SETUP if cpu_rig else (),
-        engine_setup=CPU_RIG_ENGINE_SETUP if cpu_rig and args.backend == "vllm" else (),
+        engine_setup=CPU_RIG_ENGINE_SETUP if cpu_rig and backend == "vllm" else (),
     )
     if done:
         print(f"wrote {write_summary(settings.output_dir)}")
@@ -279,7 +283,13 @@ def _add_watch(commands: Any) -> None:
         help="the training recipe (its Hydra overrides follow, as for train), the run's "
         "nemo_mmpo_recipe.yaml or a step_<N>/config.yaml of its checkpoints",
     )
-    watch_parser.add_argument("--backend", choices=("vllm", "hf"), default="vllm")
+    watch_parser.add_argument(
+        "--backend",
+        choices=("vllm", "hf"),
+        default=None,
+        help="vllm (in NeMo-RL's vLLM worker environment) or hf (transformers, here); default: "
+        "hf for a CPU-rig recipe (cpu_backend.enabled), vllm otherwise",
+    )
     watch_parser.add_argument(
         "--every", type=int, default=None, help="steps between evaluations (grpo.val_period)"
     )
@@ -329,6 +339,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m nemo_mmpo.eval") 
         if unknown:
             raise MMPOInputError(f"unknown option {unknown[0]} (overrides are key=value)")
         args.overrides = extra
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # to re-run it in NeMo-RL's
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.function(args)

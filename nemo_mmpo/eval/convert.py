@@ -5,8 +5,10 @@ policies as ``torch_dist`` checkpoints (``<step>/policy/weights/iter_*``).
 :func:`hugging_face_weights` returns the first as it is and converts the second with
 NeMo-RL's ``examples/converters/convert_megatron_to_hf.py``, run unchanged in a fresh process
 (``--config <step>/config.yaml``: the model NeMo-RL's run imported, its architecture and
-tokenizer). The watcher (``nemo-mmpo eval watch``), the CPU rig's learning check and its seed
-spread all convert through :func:`megatron_to_hugging_face`.
+tokenizer) with the interpreter NeMo-RL gives its Megatron policy worker (NeMo-RL's driver
+environment has no Megatron: :func:`~nemo_mmpo.eval.worker_environments.worker_python`),
+nemo-mmpo on its ``PYTHONPATH``. The watcher (``nemo-mmpo eval watch``), the CPU rig's
+learning check and its seed spread all convert through :func:`megatron_to_hugging_face`.
 
 A checkpoint written by the CPU rig's Megatron workers is read by Megatron-Bridge in the
 converter's process as in the workers: with the rig's answers to CUDA assumptions installed
@@ -20,12 +22,12 @@ from __future__ import annotations
 import importlib
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.worker_environments import MEGATRON_WORKER, worker_environment, worker_python
 
 #: NeMo-RL's converter, inside its checkout
 CONVERTER = Path("examples") / "converters" / "convert_megatron_to_hf.py"
@@ -70,12 +72,17 @@ def _converter_program(setup: Sequence[str]) -> str:
 
 
 def megatron_to_hugging_face(
-    step_dir: Path, out: Path, nemo_rl_root: Path | None, setup: Sequence[str] = ()
+    step_dir: Path,
+    out: Path,
+    nemo_rl_root: Path | None,
+    setup: Sequence[str] = (),
+    python: str | None = None,
 ) -> Path:
     """The Megatron checkpoint of NeMo-RL's ``step_dir`` (``step_<N>``: ``config.yaml`` and
     ``policy/weights/iter_*``) as the Hugging Face folder ``out``, by NeMo-RL's converter in a
-    fresh process (``setup`` called there first); written under a temporary name and renamed,
-    so ``out`` is whole or absent. Errors are one line naming the checkpoint and the fix."""
+    fresh process of ``python`` (default: the Megatron worker's, :data:`MEGATRON_WORKER`;
+    ``setup`` called there first); written under a temporary name and renamed, so ``out`` is
+    whole or absent. Errors are one line naming the checkpoint and the fix."""
     step_dir, out = Path(step_dir), Path(out)
     iterations = sorted((step_dir / "policy" / "weights").glob("iter_*"))
     if not iterations:
@@ -98,11 +105,12 @@ def megatron_to_hugging_face(
         raise MMPOInputError(
             f"{converter} does not exist: set NEMO_RL_PATH to a NeMo-RL checkout that has it"
         )
+    python = python or worker_python(MEGATRON_WORKER)
     partial = out.with_name(f".{out.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable,
+        python,
         "-c",
         _converter_program(setup),
         str(converter),
@@ -113,13 +121,13 @@ def megatron_to_hugging_face(
         "--hf-ckpt-path",
         str(partial),
     ]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, env=worker_environment(python))
     if result.returncode != 0 or not (partial / "config.json").is_file():
         shutil.rmtree(partial, ignore_errors=True)
         quoted = " | ".join((result.stderr or result.stdout).strip().splitlines()[-QUOTED_LINES:])
         raise MMPOInputError(
             f"NeMo-RL's converter failed on {iterations[-1]} (exit {result.returncode}): "
-            f"{quoted or 'no output'}; run it by hand to see all: {converter} --config "
+            f"{quoted or 'no output'}; run it by hand to see all: {python} {converter} --config "
             f"{step_dir / 'config.yaml'} --megatron-ckpt-path {iterations[-1]} --hf-ckpt-path DIR"
         )
     partial.rename(out)
@@ -127,12 +135,17 @@ def megatron_to_hugging_face(
 
 
 def hugging_face_weights(
-    step_dir: Path, work_dir: Path, nemo_rl_root: Path | None, setup: Sequence[str] = ()
+    step_dir: Path,
+    work_dir: Path,
+    nemo_rl_root: Path | None,
+    setup: Sequence[str] = (),
+    python: str | None = None,
 ) -> Path:
     """The weights of NeMo-RL's checkpoint ``step_dir`` as a Hugging Face folder:
     ``policy/weights`` itself when it is one (the CPU rig's ``transformers`` policy, DTensor
     with consolidated saves), else its Megatron checkpoint converted into
-    ``work_dir/hf_<step_dir name>`` (reused when a conversion is already there)."""
+    ``work_dir/hf_<step_dir name>`` (reused when a conversion is already there) by
+    :func:`megatron_to_hugging_face` with ``python``."""
     weights = Path(step_dir) / "policy" / "weights"
     if (weights / "config.json").is_file():
         return weights
@@ -144,4 +157,4 @@ def hugging_face_weights(
             f"{weights} holds neither a Hugging Face model (config.json) nor a Megatron "
             "checkpoint (iter_*): give the step_<N> folder of a NeMo-RL checkpoint"
         )
-    return megatron_to_hugging_face(step_dir, target, nemo_rl_root, setup)
+    return megatron_to_hugging_face(step_dir, target, nemo_rl_root, setup, python)

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nemo_mmpo.errors import NEMO_RL_WATCHER_EXTRAS, MMPOInputError, install_command
+from nemo_mmpo.errors import MMPOInputError, install_command
 from nemo_mmpo.eval.rollouts import read_jsonl_tolerant
+from nemo_mmpo.eval.worker_environments import VLLM_WORKER
 
 #: Samples per problem by default: 16 everywhere, so every section of the report is filled
 #: (pass@16, first success within 16 attempts) and avg@1 is estimated from 16 samples.
@@ -87,11 +89,12 @@ class VLLMSampler:
             from vllm import LLM
         except ImportError as error:
             raise MMPOInputError(
-                "generation needs vLLM (and a GPU): run it in NeMo-RL's environment with "
-                "its vllm extra (the container has it; a checkout: `PYTHONPATH=<the folder "
-                f"holding nemo_mmpo> uv run --project $NEMO_RL_PATH {NEMO_RL_WATCHER_EXTRAS} "
-                "python -m nemo_mmpo.cli eval ...`), or use --backend hf; analysis of existing "
-                "rollout files needs neither"
+                f"generation needs vLLM, which this Python ({sys.executable}) lacks: run it "
+                "with the python of NeMo-RL's vLLM worker environment, nemo-mmpo on its "
+                "PYTHONPATH (`PYTHONPATH=<the folder holding nemo_mmpo> $NEMO_RL_VENV_DIR/"
+                f"{VLLM_WORKER}/bin/python -m nemo_mmpo.eval ...`; NEMO_RL_VENV_DIR: the "
+                "container's /opt/ray_venvs, a checkout's venvs/ by default), or use --backend "
+                "hf; `nemo-mmpo eval watch` finds that environment itself"
             ) from error
         self.engine = LLM(
             self.model,

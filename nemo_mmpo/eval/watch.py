@@ -4,7 +4,9 @@ NeMo-RL's colocated vLLM samples validation with the training sampler, so a GPU 
 evaluates with the paper's protocol outside the loop: this watcher picks up each new
 checkpoint of ``checkpointing.checkpoint_dir`` (every ``--every`` steps, default the recipe's
 ``grpo.val_period``), converts it to Hugging Face with NeMo-RL's own converter when it is a
-Megatron checkpoint, samples it with vLLM (or ``--backend hf``), grades and measures it with
+Megatron checkpoint (in NeMo-RL's Megatron worker environment), samples it with vLLM (in
+NeMo-RL's vLLM worker environment: :mod:`nemo_mmpo.eval.sampler_process`) or ``--backend hf``
+(transformers, in this process; the default for a CPU-rig recipe), grades and measures it with
 :func:`nemo_mmpo.eval.protocol.evaluate_step` into ``evaluation.output_dir``, logs the numbers
 to TensorBoard at the checkpoint's training step (tags ``validation/paper/...``, as the in-loop
 evaluation), and keeps a copy of the best checkpoint's weights (``best/``, by the paper's
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.eval.convert import hugging_face_weights, run_setup
+from nemo_mmpo.eval.convert import hugging_face_weights
 from nemo_mmpo.eval.protocol import (
     EvaluationSettings,
     evaluate_step,
@@ -39,9 +41,13 @@ from nemo_mmpo.eval.protocol import (
     read_steps,
     step_paths,
 )
+from nemo_mmpo.eval.sampler_process import SamplerProcess
+from nemo_mmpo.eval.worker_environments import VLLM_WORKER, worker_environment, worker_python
 from nemo_mmpo.io import write_text_atomic
 
 LOCK_FILE = "watch.lock"
+#: the sampler the vLLM worker's environment runs for the watcher
+VLLM_SAMPLER = "nemo_mmpo.eval.generate.VLLMSampler"
 TENSORBOARD_TAG = "validation/"
 
 
@@ -157,11 +163,16 @@ def make_sampler(
     step: int,
     batch: int,
     engine_options: dict[str, Any] | None = None,
+    engine_setup: tuple[str, ...] = (),
+    engine_python: str | None = None,
 ):
     """The step's sampler at the protocol's settings, seeded as the in-loop evaluation of
-    ``step`` (:func:`~nemo_mmpo.eval.protocol.evaluation_seed`); vLLM with a seed per row, as
-    NeMo-RL's vLLM engine samples that evaluation, and ``engine_options`` for ``vllm.LLM``."""
-    from nemo_mmpo.eval.generate import TransformersSampler, VLLMSampler
+    ``step`` (:func:`~nemo_mmpo.eval.protocol.evaluation_seed`): ``hf`` in this process;
+    ``vllm`` in a process of ``engine_python`` (default: NeMo-RL's vLLM worker's,
+    :func:`~nemo_mmpo.eval.worker_environments.worker_python`; ``engine_setup`` called there
+    first), with a seed per row, as NeMo-RL's vLLM engine samples that evaluation, and
+    ``engine_options`` for ``vllm.LLM``."""
+    from nemo_mmpo.eval.generate import TransformersSampler
 
     seed = evaluation_seed(step)
     if backend == "hf":
@@ -174,14 +185,18 @@ def make_sampler(
             batch_size=batch,
         )
     if backend == "vllm":
-        return VLLMSampler(
-            str(model),
-            settings.temperature,
-            settings.top_p,
-            settings.max_new_tokens,
-            seed=seed,
-            seed_per_row=True,
-            engine_options=dict(engine_options or {}),
+        python = engine_python or worker_python(VLLM_WORKER)
+        options = {
+            "model": str(model),
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "max_tokens": settings.max_new_tokens,
+            "seed": seed,
+            "seed_per_row": True,
+            "engine_options": dict(engine_options or {}),
+        }
+        return SamplerProcess(
+            python, VLLM_SAMPLER, options, engine_setup, worker_environment(python)
         )
     raise MMPOInputError(f"--backend {backend!r}: choose hf or vllm")
 
@@ -202,18 +217,24 @@ def watch(
     engine_options: dict[str, Any] | None = None,
     converter_setup: tuple[str, ...] = (),
     engine_setup: tuple[str, ...] = (),
+    converter_python: str | None = None,
 ) -> dict[int, dict[str, Any]]:
     """Evaluate every finished checkpoint of ``checkpoint_dir`` whose step is a multiple of
     ``every`` and not evaluated yet; with ``follow``, keep watching until ``last_step`` is
     evaluated (or nothing new came for ``idle_seconds``). Returns every evaluated step.
-    ``converter_setup``: for NeMo-RL's converter's process
-    (:func:`~nemo_mmpo.eval.convert.hugging_face_weights`); ``engine_setup``: called in this
-    process before the first sampler is built (the CPU rig's answers for vLLM's CPU build)."""
+    ``converter_setup`` and ``converter_python`` (default: NeMo-RL's Megatron worker's): for
+    NeMo-RL's converter's process (:func:`~nemo_mmpo.eval.convert.hugging_face_weights`);
+    ``engine_setup``: called in vLLM's process before its engine is built (the CPU rig's
+    answers for vLLM's CPU build). vLLM samples in NeMo-RL's vLLM worker environment, found
+    before anything is watched."""
     from nemo_mmpo.eval.verify import VerifierPool
 
     output_dir = Path(settings.output_dir)
     if every < 1:
         raise MMPOInputError(f"--every {every}: give an integer >= 1")
+    engine_python = worker_python(VLLM_WORKER) if backend == "vllm" else None
+    if engine_python:
+        log(f"watch: vLLM samples in {engine_python} (NeMo-RL's {VLLM_WORKER.rpartition('.')[2]})")
     with exclusive(output_dir), VerifierPool() as pool:
         problems = None  # read when the first checkpoint comes (training may write them)
         # what a watcher killed after measuring a step had still to do
@@ -222,7 +243,7 @@ def watch(
         checkpoints = finished_checkpoints(checkpoint_dir)
         if best is not None and not best_is_kept(output_dir, best) and best in checkpoints:
             weights = hugging_face_weights(
-                checkpoints[best], output_dir, nemo_rl_root, converter_setup
+                checkpoints[best], output_dir, nemo_rl_root, converter_setup, converter_python
             )
             keep_best(output_dir, best, weights)
             if weights.parent == output_dir:
@@ -238,10 +259,20 @@ def watch(
             ]
             for step, step_dir in todo:
                 log(f"watch: evaluating step {step} ({step_dir})")
-                weights = hugging_face_weights(step_dir, output_dir, nemo_rl_root, converter_setup)
+                weights = hugging_face_weights(
+                    step_dir, output_dir, nemo_rl_root, converter_setup, converter_python
+                )
                 problems = problems or load_problems(settings)
-                run_setup(engine_setup)
-                sampler = make_sampler(backend, weights, settings, step, batch_size, engine_options)
+                sampler = make_sampler(
+                    backend,
+                    weights,
+                    settings,
+                    step,
+                    batch_size,
+                    engine_options,
+                    engine_setup,
+                    engine_python,
+                )
                 try:
                     numbers = evaluate_step(sampler, pool.verify, problems, settings, step)
                 finally:  # one engine at a time: the next checkpoint's needs the memory

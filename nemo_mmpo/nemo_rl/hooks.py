@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_mmpo.checkout import REPO_ROOT, find_nemo_rl_root
+from nemo_mmpo.checkout import find_nemo_rl_root, worker_pythonpath
 from nemo_mmpo.nemo_rl import wrappers
 from nemo_mmpo.nemo_rl.actor_hooks import (
     ACTOR_WRAPPERS,
@@ -419,22 +419,6 @@ def _hook_points(loss: bool) -> list[tuple[Any, str, Any, Hook]]:
     if problems:
         raise _hook_error("; ".join(problems))
     return points
-
-
-def worker_pythonpath() -> str:
-    """The directory that makes ``import nemo_mmpo`` work in NeMo-RL's Ray workers."""
-    if REPO_ROOT.name not in ("site-packages", "dist-packages"):
-        return str(REPO_ROOT)  # a source checkout: its root holds nemo_mmpo/ and nothing else
-    # Installed into an environment: expose only our package, not the driver's site-packages.
-    link_dir = Path(os.environ.get("NEMO_MMPO_WORKER_PATH", Path.home() / ".cache/nemo-mmpo/path"))
-    link_dir.mkdir(parents=True, exist_ok=True)
-    link = link_dir / "nemo_mmpo"
-    target = REPO_ROOT / "nemo_mmpo"
-    if not (link.is_symlink() and link.resolve() == target):
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to(target, target_is_directory=True)
-    return str(link_dir)
 
 
 def _reach_ray_workers() -> str:

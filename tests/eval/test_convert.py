@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from nemo_mmpo.eval.convert import (
     hugging_face_weights,
     megatron_to_hugging_face,
 )
+from nemo_mmpo.eval.worker_environments import MOVED_FLAG
 
 PACKAGE = Path(__file__).resolve().parents[2] / "nemo_mmpo"
 
@@ -54,15 +56,18 @@ def test_a_failing_converter_is_one_line_with_its_last_words_and_leaves_nothing(
     (nemo_rl / CONVERTER).write_text("import sys\nsys.exit('cannot read ' + sys.argv[-1])\n")
     step_dir = step_folder(tmp_path)
     with pytest.raises(MMPOInputError) as caught:
-        megatron_to_hugging_face(step_dir, tmp_path / "hf", nemo_rl)
+        megatron_to_hugging_face(step_dir, tmp_path / "hf", nemo_rl, python=sys.executable)
     message = str(caught.value)
     assert "\n" not in message and "NeMo-RL's converter failed on" in message
     assert "(exit 1): cannot read" in message
     assert not (tmp_path / "hf").exists() and not (tmp_path / ".hf.partial").exists()
 
 
-def test_the_watcher_on_a_folder_that_is_not_megatron_exits_2_with_one_line(tmp_path, capsys):
+def test_the_watcher_on_a_folder_that_is_not_megatron_exits_2_with_one_line(
+    tmp_path, capsys, monkeypatch
+):
     pytest.importorskip("math_verify")  # the watcher starts its graders first
+    monkeypatch.setenv(MOVED_FLAG, "1")  # as if in NeMo-RL's project already: no move there
     step_folder(tmp_path / "checkpoints", megatron=False)
     code = handle(
         main,
@@ -70,8 +75,6 @@ def test_the_watcher_on_a_folder_that_is_not_megatron_exits_2_with_one_line(tmp_
             "watch",
             "--config",
             "examples/configs/mmpo_tiny_cpu_megatron.yaml",
-            "--backend",
-            "vllm",
             "--every",
             "5",
             f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",

@@ -66,7 +66,12 @@ def test_each_checkpoints_engine_is_closed_before_the_next_is_built(
     )
     checkpoints(tmp_path / "checkpoints", (2, 4, 6))
     done = watch_module.watch(
-        settings, tmp_path / "checkpoints", tmp_path / "tensorboard", every=2, log=lambda _: None
+        settings,
+        tmp_path / "checkpoints",
+        tmp_path / "tensorboard",
+        every=2,
+        backend="hf",
+        log=lambda _: None,
     )
     assert sorted(done) == [2, 4, 6]
     assert events == ["open 2", "close 2", "open 4", "close 4", "open 6", "close 6"]
@@ -83,7 +88,12 @@ def test_an_engine_that_fails_its_step_is_closed_too(tmp_path, settings, monkeyp
     checkpoints(tmp_path / "checkpoints", (2,))
     with pytest.raises(RuntimeError, match="the engine died"):
         watch_module.watch(
-            settings, tmp_path / "checkpoints", tmp_path / "tensorboard", every=2, log=print
+            settings,
+            tmp_path / "checkpoints",
+            tmp_path / "tensorboard",
+            every=2,
+            backend="hf",
+            log=print,
         )
     assert events == ["open 2", "close 2"]
 
@@ -109,6 +119,7 @@ def test_following_a_run_evaluates_each_checkpoint_as_it_appears(tmp_path, setti
         root,
         tmp_path / "tensorboard",
         every=2,
+        backend="hf",
         follow=True,
         last_step=4,
         poll_seconds=0.01,
