@@ -5,6 +5,7 @@ that records what it was given."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -12,9 +13,10 @@ import pytest
 import yaml
 from nemo_rl_support import CONFIGS_DIR, nemo_rl_checkout
 
-from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.errors import MMPOInputError, handle
 from nemo_mmpo.eval.__main__ import main
 from nemo_mmpo.eval.convert import CPU_RIG_CONVERTER_SETUP
+from nemo_mmpo.eval.worker_environments import MOVED_FLAG
 from nemo_mmpo.recipes import load, write_run_record
 
 
@@ -29,6 +31,7 @@ def watched(monkeypatch, tmp_path):
         return {}
 
     monkeypatch.setattr("nemo_mmpo.eval.watch.watch", stand_in)
+    monkeypatch.setenv(MOVED_FLAG, "1")  # never moved into NeMo-RL's uv project here
     monkeypatch.chdir(tmp_path)  # the recipe's relative paths start in the working directory
     return calls
 
@@ -94,3 +97,39 @@ def test_a_saved_config_without_its_runs_record_is_refused_saying_what_to_pass(w
         main(["watch", "--config", str(saved)])
     assert "\n" not in str(error.value) and "--config RECIPE key=value" in str(error.value)
     assert watched == []
+
+
+@pytest.mark.parametrize(
+    ("recipe", "flags", "backend"),
+    [
+        ("mmpo_tiny_cpu.yaml", [], "hf"),  # a CPU-rig recipe: transformers, no flag needed
+        ("mmpo_tiny_cpu_megatron.yaml", [], "hf"),
+        ("mmpo_tiny_cpu.yaml", ["--backend", "vllm"], "vllm"),
+        ("mmpo_math_qwen3_1.7b.yaml", [], "vllm"),  # a GPU recipe
+        ("mmpo_math_qwen3_1.7b.yaml", ["--backend", "hf"], "hf"),
+    ],
+)
+def test_the_backend_is_the_recipes_unless_named(watched, tmp_path, capsys, recipe, flags, backend):
+    main(["watch", "--config", str(CONFIGS_DIR / recipe), "--check", *flags, *overrides(tmp_path)])
+    assert f"to step 4 ({backend}); evaluation:" in capsys.readouterr().out
+    main(["watch", "--config", str(CONFIGS_DIR / recipe), *flags, *overrides(tmp_path)])
+    assert watched[-1][1]["backend"] == backend
+
+
+def test_vllm_without_nemo_rl_says_where_the_watcher_runs(tmp_path, capsys, monkeypatch):
+    """Where NeMo-RL is neither importable nor reachable by uv (a login node's Python), the
+    watcher cannot find NeMo-RL's vLLM worker environment: one line saying what to run."""
+    pytest.importorskip("math_verify")
+    if importlib.util.find_spec("nemo_rl") is not None:
+        pytest.skip("nemo_rl imports here: the watcher finds its environments")
+    nemo_rl_checkout()
+    monkeypatch.setenv(MOVED_FLAG, "1")  # no move into NeMo-RL's uv project
+    monkeypatch.chdir(tmp_path)
+    recipe = str(CONFIGS_DIR / "mmpo_tiny_cpu.yaml")
+    code = handle(
+        main, ["watch", "--config", recipe, "--backend", "vllm", *overrides(tmp_path)], "p"
+    )
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(error) == 1, error
+    assert "NEMO_RL_PATH=<your NeMo-RL checkout> nemo-mmpo eval watch" in error[0]
+    assert "uv run --project /opt/nemo-rl nemo-mmpo eval watch" in error[0]
