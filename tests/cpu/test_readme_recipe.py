@@ -4,14 +4,16 @@ resumed and evaluated, with nothing else than the README's own CPU file beside i
 The recipe (``my_recipe.yaml``) and its CPU companion (``my_recipe_cpu.yaml``: the recipe, then
 ``base/tiny_cpu.yaml``) are read out of README.md, not copied here, so the README cannot drift
 from what runs. The user's files are what the README describes: a JSONL of problems
-(``problem``, ``answer``), a held-out JSONL of the same shape, a prompt file with ``{}``. The
+(``problem``, ``answer``), a held-out JSONL of the same shape, a prompt file with ``{}`` and the
+newline an editor ends a file with (the warm start learns the sums as NeMo-RL formats them). The
 only additions are CPU ones given as overrides: fewer steps and a checkpoint every 2 (CI's
 time), the session's warm-start cache. nemo-mmpo runs as a user installs it (a wheel in a copy
 of NeMo-RL's environment, nothing of this checkout on the path): ``nemo-mmpo train`` is killed
 with SIGKILL after step 3 and the same command resumes from its newest checkpoint; then the
-README's ``nemo-mmpo eval watch --config ... --follow`` (``--backend hf``: no vLLM on this
-path) evaluates the final checkpoint on the held-out file. Everything the run wrote is in the
-user's folder; the checkout and the environment are unchanged."""
+README's CPU watcher, ``nemo-mmpo eval watch --config my_recipe_cpu.yaml`` as printed (a CPU
+recipe's checkpoints are evaluated on the CPU without a flag), evaluates the checkpoints on the
+held-out file. Everything the run wrote is in the user's folder; the checkout and the
+environment are unchanged."""
 
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ def test_the_readme_recipe_trains_resumes_and_is_evaluated_from_a_users_folder(
     (user / "my_recipe_cpu.yaml").write_text(readme_file("my_recipe_cpu.yaml"))
     (user / "my_problems.jsonl").write_text(problems(TRAIN))
     (user / "my_held_out.jsonl").write_text(problems(HELD_OUT))
-    (user / "my_prompt.txt").write_text("{}")
+    (user / "my_prompt.txt").write_text("{}\n")  # as an editor saves it
     written = sorted(path.name for path in user.iterdir())
     variables = as_a_user(environment, nemo_rl_checkout(), tmp_path)
     nemo_mmpo = str(environment / "bin" / "nemo-mmpo")
@@ -98,10 +100,21 @@ def test_the_readme_recipe_trains_resumes_and_is_evaluated_from_a_users_folder(
     summary = json.loads(resumed.stdout.strip().splitlines()[-1].removeprefix("[nemo-mmpo] "))
     check_resumed(resumed.stdout.splitlines(), summary, STEPS)
 
-    watch = readme_command("nemo-mmpo eval watch --config my_recipe.yaml")
-    assert watch[:6] == ["nemo-mmpo", "eval", "watch", "--config", "my_recipe.yaml", "--follow"]
+    gpu_watch = readme_command("nemo-mmpo eval watch --config my_recipe.yaml")
+    assert gpu_watch == ["nemo-mmpo", "eval", "watch", "--config", "my_recipe.yaml", "--follow"]
+    # the README's CPU watcher, as printed (no backend flag: a CPU recipe's is the CPU's), its
+    # steps override replaced by the run's own
+    watch = readme_command("cd ~/exp && nemo-mmpo eval watch --config my_recipe_cpu.yaml")
+    assert watch[3:] == [
+        "nemo-mmpo",
+        "eval",
+        "watch",
+        "--config",
+        "my_recipe_cpu.yaml",
+        "grpo.max_num_steps=20",
+    ], watch
     evaluated = subprocess.run(
-        [nemo_mmpo, *watch[1:4], "my_recipe_cpu.yaml", *watch[5:], "--backend", "hf", *cpu],
+        [nemo_mmpo, *watch[4:8], *cpu],
         cwd=user,
         env=variables,
         capture_output=True,
