@@ -133,7 +133,8 @@ def watch(args: argparse.Namespace) -> None:
         CPU_RIG_ENGINE_SETUP,
         is_cpu_rig_recipe,
     )
-    from nemo_mmpo.eval.protocol import read_settings
+    from nemo_mmpo.eval.prompts import prompt_format
+    from nemo_mmpo.eval.protocol import answer_room_problem, read_settings
     from nemo_mmpo.eval.run_summary import write_summary
     from nemo_mmpo.eval.watch import vllm_engine
     from nemo_mmpo.eval.watch import watch as watch_checkpoints
@@ -155,6 +156,10 @@ def watch(args: argparse.Namespace) -> None:
             "evaluate (set checkpointing.enabled=true)"
         )
     every = args.every or config["grpo"].get("val_period") or config["checkpointing"]["save_period"]
+    prompts = prompt_format(config, settings.template)  # the training prompt, as the recipe's
+    too_long = answer_room_problem(config, settings)  # answers vLLM's model length would cut
+    if too_long:
+        raise MMPOInputError(too_long)
     cpu_rig = is_cpu_rig_recipe(config)  # its checkpoints and vLLM need the rig's CPU answers
     backend = args.backend or ("hf" if cpu_rig else "vllm")
     if args.check:  # what the watcher would do, without watching (slurm/watch_mmpo.sh's check)
@@ -185,6 +190,7 @@ def watch(args: argparse.Namespace) -> None:
         engine_options=engine_options,
         converter_setup=CPU_RIG_CONVERTER_SETUP if cpu_rig else (),
         engine_setup=CPU_RIG_ENGINE_SETUP if cpu_rig and backend == "vllm" else (),
+        prompts=prompts,
     )
     if done:
         print(f"wrote {write_summary(settings.output_dir)}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from nemo_mmpo.eval.metrics import (
 )
 from nemo_mmpo.eval.rollouts import ProblemCounts, load_run
 from nemo_mmpo.io import write_text_atomic
+from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.settings import Settings, parse, unread_when_disabled
 
 #: Prefix of the evaluation's metrics in NeMo-RL's logger (under its ``validation/``).
@@ -65,15 +66,15 @@ class EvaluationSettings(Settings):
     temperature: float = Field(0.6, ge=0.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(4096, ge=1)
-    template: str = "{}"
+    template: str | None = None
     output_dir: str = "logs/evaluation"
     pass_at: tuple[int, ...] = STEP_PASS_AT
     gini_alphas: tuple[float, ...] = GINI_ALPHAS
 
     @field_validator("template")
     @classmethod
-    def _has_slot(cls, value: str) -> str:
-        if "{}" not in value:
+    def _has_slot(cls, value: str | None) -> str | None:
+        if value is not None and "{}" not in value:
             raise MMPOInputError(f"template {value!r}: put {{}} where the problem goes")
         return value
 
@@ -89,13 +90,48 @@ def read_settings(section: Any) -> EvaluationSettings:
     return parse(EvaluationSettings, section, "evaluation")
 
 
-def unread_evaluation_settings(section: Any) -> list[str]:
+def unread_evaluation_settings(section: Any, answer_length: int | None = None) -> list[str]:
     """With ``evaluation.enabled: false`` nothing reads the section's other keys (neither the
-    loop nor ``nemo-mmpo eval watch``): one message naming those set to a non-default value."""
+    loop nor ``nemo-mmpo eval watch``): one message naming those set to a non-default value.
+    ``answer_length``: the recipe's ``policy.generation.max_new_tokens``, which
+    ``max_new_tokens`` follows by default (base/mmpo_common.yaml): not a value a user set."""
     if not section or read_settings(section).enabled:
         return []
+    if answer_length is not None and section.get("max_new_tokens") == answer_length:
+        section = {key: item for key, item in section.items() if key != "max_new_tokens"}
     return unread_when_disabled(
         EvaluationSettings, section, "evaluation", "set evaluation.enabled=true to evaluate"
+    )
+
+
+def answer_room_problem(config: Mapping[str, Any], settings: EvaluationSettings) -> str | None:
+    """Why the watcher's answers would be cut before ``evaluation.max_new_tokens`` (one line):
+    a prompt's room (``data.max_input_seq_length``) and an answer's do not fit the model length
+    its vLLM engine is built with (read as :func:`nemo_mmpo.eval.watch.vllm_engine` reads it).
+    The dry run and ``nemo-mmpo eval watch`` refuse it."""
+    length_key = "policy.generation.vllm_cfg.max_model_len"
+    model_length = sections.value(config, length_key)
+    if not model_length:
+        length_key = "policy.max_total_sequence_length"
+        model_length = sections.value(config, length_key)
+    prompt_room = sections.value(config, "data.max_input_seq_length") or 0
+    if not model_length or settings.max_new_tokens + prompt_room <= model_length:
+        return None
+    answer_room = model_length - prompt_room
+    if answer_room >= 1:
+        fix = f"lower evaluation.max_new_tokens to {answer_room} or less"
+    else:
+        suggested = model_length // 4
+        fix = (
+            f"give prompts a room below it (data.max_input_seq_length={suggested}, say) and "
+            f"answers the rest (policy.generation.max_new_tokens={model_length - suggested}, "
+            "which evaluation.max_new_tokens follows)"
+        )
+    return (
+        f"evaluation.max_new_tokens={settings.max_new_tokens} plus data.max_input_seq_length="
+        f"{prompt_room} (a prompt's room) is more than {length_key}={model_length}, the model "
+        f"length the watcher samples with: its answers would be cut short; {fix}, or raise "
+        "policy.max_total_sequence_length"
     )
 
 
@@ -175,6 +211,7 @@ def evaluate_step(
     step: int,
     output_dir: str | Path | None = None,
     batch_size: int = 64,
+    prompts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Sample, grade, write and measure one step; returns the numbers (also in the JSON).
 
@@ -183,25 +220,43 @@ def evaluate_step(
         grade: ``(golds, predictions) -> [Verdict]``.
         problems: from :func:`load_problems`.
         batch_size: problems per call of ``sampler.generate``.
+        prompts: each problem's prompt text, whole (:mod:`nemo_mmpo.eval.prompts`); None:
+            ``evaluation.template`` around the problem.
     """
     from nemo_mmpo.eval.generate import run_generation
 
     started = time.monotonic()
     rollouts, record = step_paths(output_dir or settings.output_dir, step)
     run_generation(
-        problems,
+        prompted(problems, settings, prompts),
         sampler,
         grade,
         rollouts,
         settings.samples,
         batch_size=batch_size,
-        template=settings.template,
+        template="{}",  # each record's problem is its prompt text, whole
         progress=False,
     )
     numbers = step_metrics(load_run([rollouts]), settings)
     numbers.update(step=step, rollouts=rollouts.name, seconds=time.monotonic() - started)
     write_text_atomic(record, json.dumps(numbers, indent=2) + "\n")
     return numbers
+
+
+def prompted(
+    problems: Sequence[dict[str, Any]],
+    settings: EvaluationSettings,
+    prompts: Sequence[str] | None,
+) -> list[dict[str, Any]]:
+    """The problems, each ``problem`` replaced by the text its sampler continues."""
+    if prompts is None:
+        if settings.template is None:
+            raise MMPOInputError(
+                "evaluation.template is null (the training prompt), and nothing built it "
+                "here: give evaluation.template (`{}`: the problem)"
+            )
+        prompts = [settings.template.format(problem["problem"]) for problem in problems]
+    return [{**problem, "problem": text} for problem, text in zip(problems, prompts, strict=True)]
 
 
 def read_steps(output_dir: str | Path) -> dict[int, dict[str, Any]]:

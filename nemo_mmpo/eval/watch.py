@@ -32,6 +32,7 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.eval.convert import hugging_face_weights
+from nemo_mmpo.eval.prompts import PromptFormat
 from nemo_mmpo.eval.protocol import (
     EvaluationSettings,
     evaluate_step,
@@ -183,6 +184,7 @@ def make_sampler(
             settings.max_new_tokens,
             seed,
             batch_size=batch,
+            chat_template=False,  # the prompt is whole: nemo_mmpo.eval.prompts
         )
     if backend == "vllm":
         python = engine_python or worker_python(VLLM_WORKER)
@@ -193,6 +195,7 @@ def make_sampler(
             "max_tokens": settings.max_new_tokens,
             "seed": seed,
             "seed_per_row": True,
+            "chat_template": False,  # the prompt is whole: nemo_mmpo.eval.prompts
             "engine_options": dict(engine_options or {}),
         }
         return SamplerProcess(
@@ -218,6 +221,7 @@ def watch(
     converter_setup: tuple[str, ...] = (),
     engine_setup: tuple[str, ...] = (),
     converter_python: str | None = None,
+    prompts: PromptFormat | None = None,
 ) -> dict[int, dict[str, Any]]:
     """Evaluate every finished checkpoint of ``checkpoint_dir`` whose step is a multiple of
     ``every`` and not evaluated yet; with ``follow``, keep watching until ``last_step`` is
@@ -226,7 +230,8 @@ def watch(
     NeMo-RL's converter's process (:func:`~nemo_mmpo.eval.convert.hugging_face_weights`);
     ``engine_setup``: called in vLLM's process before its engine is built (the CPU rig's
     answers for vLLM's CPU build). vLLM samples in NeMo-RL's vLLM worker environment, found
-    before anything is watched."""
+    before anything is watched. ``prompts``: how a held-out problem becomes the text sampled
+    (the training prompt, :mod:`nemo_mmpo.eval.prompts`); None: ``evaluation.template``."""
     from nemo_mmpo.eval.verify import VerifierPool
 
     output_dir = Path(settings.output_dir)
@@ -236,7 +241,7 @@ def watch(
     if engine_python:
         log(f"watch: vLLM samples in {engine_python} (NeMo-RL's {VLLM_WORKER.rpartition('.')[2]})")
     with exclusive(output_dir), VerifierPool() as pool:
-        problems = None  # read when the first checkpoint comes (training may write them)
+        problems = texts = None  # read when the first checkpoint comes (training may write them)
         # what a watcher killed after measuring a step had still to do
         log_unlogged(output_dir, tensorboard_dir)
         best = best_step(output_dir)
@@ -263,6 +268,7 @@ def watch(
                     step_dir, output_dir, nemo_rl_root, converter_setup, converter_python
                 )
                 problems = problems or load_problems(settings)
+                texts = texts or (prompts.texts(problems) if prompts else None)
                 sampler = make_sampler(
                     backend,
                     weights,
@@ -274,7 +280,9 @@ def watch(
                     engine_python,
                 )
                 try:
-                    numbers = evaluate_step(sampler, pool.verify, problems, settings, step)
+                    numbers = evaluate_step(
+                        sampler, pool.verify, problems, settings, step, prompts=texts
+                    )
                 finally:  # one engine at a time: the next checkpoint's needs the memory
                     sampler.close()
                 if best_step(output_dir) == step:

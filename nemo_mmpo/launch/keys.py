@@ -142,11 +142,19 @@ EVALUATION_KEYS: dict[str, Key] = {
     ),
     "temperature": Key("The evaluation sampler's temperature."),
     "top_p": Key("The evaluation sampler's top-p."),
-    "max_new_tokens": Key("The longest response sampled.", paper=None),
+    "max_new_tokens": Key(
+        "The longest response sampled; with `data.max_input_seq_length` (a prompt's room) it "
+        "must fit the model length the watcher samples with "
+        "(`policy.generation.vllm_cfg.max_model_len`, else `policy.max_total_sequence_length`).",
+        paper="`4096`",
+    ),
     "template": Key(
-        "The prompt around each problem; `{}` is the problem.",
+        "`null`: each held-out problem gets the prompt training gives it (the training "
+        "dataset's `prompt_file` and `system_prompt_file`, the tokenizer's chat template); a "
+        "string: this prompt around the problem instead (`{}` is the problem; no system "
+        "prompt), in the same chat template.",
         paper=None,
-        allowed="a string with `{}`",
+        allowed="`null` or a string with `{}`",
     ),
     "output_dir": Key(
         "Where each evaluated step's rollouts (`step_<N>.jsonl`) and numbers (`step_<N>.json`) go.",

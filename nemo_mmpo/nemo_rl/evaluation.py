@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.prompts import prompt_format
 from nemo_mmpo.eval.protocol import (
     EvaluationSettings,
     evaluate_step,
@@ -70,13 +71,24 @@ class EngineSampler:
 
 
 def validate_in_loop(
-    policy_generation: Any, step: int, settings: EvaluationSettings
+    policy_generation: Any,
+    step: int,
+    settings: EvaluationSettings,
+    master_config: Any = None,
+    tokenizer: Any = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What NeMo-RL's ``validate`` returns: ``(metrics, timings)``."""
+    """What NeMo-RL's ``validate`` returns: ``(metrics, timings)``. With
+    ``evaluation.template: null`` each problem is sampled with the prompt training gives it
+    (:mod:`nemo_mmpo.eval.prompts`: ``master_config``'s data section, ``tokenizer`` the one
+    NeMo-RL's ``validate`` was given); otherwise with the template around it, as it is."""
     sampler = EngineSampler(policy_generation, settings, step)
     problems = load_problems(settings)
+    texts = None
+    if settings.template is None:
+        recipe = sections.plain(master_config or {})
+        texts = prompt_format(recipe, None).texts(problems, tokenizer)
     with VerifierPool(num_workers=1) as pool:
-        numbers = evaluate_step(sampler, pool.verify, problems, settings, step)
+        numbers = evaluate_step(sampler, pool.verify, problems, settings, step, prompts=texts)
     metrics = {"accuracy": numbers["accuracy"], **flat_metrics(numbers)}
     print(
         f"[nemo-mmpo] evaluation at step {step}: average {numbers['average']:.3f}, "

@@ -268,7 +268,13 @@ def validation(original: Any) -> Any:
         if settings is None:
             return original(*args, **kwargs)
         in_loop_steps.append(arguments["step"])
-        return validate_in_loop(arguments["policy_generation"], arguments["step"], settings)
+        return validate_in_loop(
+            arguments["policy_generation"],
+            arguments["step"],
+            settings,
+            arguments["master_config"],
+            arguments.get("tokenizer"),
+        )
 
     return validate
 
@@ -312,7 +318,9 @@ def sync_validation(original: Any) -> Any:
                 "evaluation.in_loop=false"
             )
         in_loop_steps.append(arguments["step"])
-        return validate_in_loop(_sync_generation, arguments["step"], settings)
+        return validate_in_loop(
+            _sync_generation, arguments["step"], settings, arguments["master_config"]
+        )
 
     return validate_sync
 

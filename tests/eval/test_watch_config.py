@@ -133,3 +133,37 @@ def test_vllm_without_nemo_rl_says_where_the_watcher_runs(tmp_path, capsys, monk
     assert code == 2 and len(error) == 1, error
     assert "NEMO_RL_PATH=<your NeMo-RL checkout> nemo-mmpo eval watch" in error[0]
     assert "uv run --project /opt/nemo-rl nemo-mmpo eval watch" in error[0]
+
+
+def test_the_watcher_formats_problems_as_the_recipe_trains_them(watched, tmp_path):
+    """A GPU recipe's prompt: its training dataset's prompt file and NeMo-RL's tokenizer
+    settings (``policy.tokenizer``); ``evaluation.template`` in their place when set."""
+    recipe = str(CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml")
+    paper_template = "{}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+    main(["watch", "--config", recipe, *overrides(tmp_path)])
+    main(["watch", "--config", recipe, *overrides(tmp_path), "evaluation.template=null"])
+    (_, paper), (_, training) = watched
+    assert paper["prompts"].template == paper_template  # the paper's, as base/paper_math.yaml
+    assert training["prompts"].template is None
+    assert training["prompts"].dataset["prompt_file"] == "data/math_boxed.txt"
+    assert training["prompts"].tokenizer["name"] == "Qwen/Qwen3-1.7B-Base"
+
+
+def test_a_training_prompt_the_watcher_cannot_build_is_refused_before_watching(watched, tmp_path):
+    recipe = str(CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml")
+    refused = [
+        *overrides(tmp_path),
+        "evaluation.template=null",
+        "data.default.processor=sft_processor",
+    ]
+    with pytest.raises(MMPOInputError, match=r"processor 'sft_processor'.*evaluation\.template"):
+        main(["watch", "--config", recipe, "--check", *refused])
+    assert watched == []
+
+
+def test_answers_the_model_length_would_cut_are_refused_before_watching(watched, tmp_path):
+    recipe = str(CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml")
+    too_long = [*overrides(tmp_path), "evaluation.max_new_tokens=8192"]
+    with pytest.raises(MMPOInputError, match=r"to 4096 or less"):
+        main(["watch", "--config", recipe, *too_long])
+    assert watched == []

@@ -51,6 +51,7 @@ def settings(tmp_path):
         enabled=True,
         benchmarks={"amc23": str(benchmark)},
         samples=2,
+        template="{}",  # the problem as it is (no recipe here to take the training prompt from)
         output_dir=str(tmp_path / "evaluation"),
     )
 

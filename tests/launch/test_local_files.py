@@ -19,7 +19,11 @@ USERS_RECIPE = """\
 defaults:
   - nemo_rl/grpo_math_1B_megatron.yaml
   - base/mmpo_common.yaml
+policy:
+  generation:
+    max_new_tokens: 384     # an answer's room and a prompt's fit the model length, 512
 data:
+  max_input_seq_length: 128
   train:
     dataset_name: ResponseDataset
     data_path: my_problems.jsonl

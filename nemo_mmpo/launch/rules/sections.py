@@ -11,7 +11,8 @@ from nemo_mmpo.cpu.rig.rig_settings import (
     vllm_engine_problem,
 )
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.eval.protocol import read_settings, unread_evaluation_settings
+from nemo_mmpo.eval.prompts import format_problem
+from nemo_mmpo.eval.protocol import answer_room_problem, read_settings, unread_evaluation_settings
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.rules.registry import Findings, rule
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import (
@@ -34,7 +35,9 @@ def unread_settings(config: dict[str, Any], findings: Findings) -> None:
     asynchronous = bool(value(config, "grpo.async_grpo.enabled", False))
     reports = [
         lambda: unread_dmpo_settings(value(config, "loss_fn")),
-        lambda: unread_evaluation_settings(value(config, "evaluation")),
+        lambda: unread_evaluation_settings(
+            value(config, "evaluation"), value(config, "policy.generation.max_new_tokens")
+        ),
         lambda: unread_cpu_settings(
             value(config, "cpu_backend"), asynchronous, trainers.is_single_controller(config)
         ),
@@ -83,6 +86,14 @@ def evaluation(config: dict[str, Any], findings: Findings) -> None:
     if section is None:
         return
     settings = read_settings(section)
+    if settings.enabled:
+        problem = format_problem(config, settings.template)
+        if problem:
+            findings.errors.append(problem)
+    if settings.enabled and not settings.in_loop:
+        problem = answer_room_problem(config, settings)
+        if problem:
+            findings.errors.append(problem)
     if not (settings.enabled and settings.in_loop):
         return
     if not value(config, "cpu_backend.enabled", False):
