@@ -44,7 +44,6 @@ from nemo_mmpo.eval.metrics import (
 )
 from nemo_mmpo.eval.rollouts import ProblemCounts, load_run
 from nemo_mmpo.io import write_text_atomic
-from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.settings import Settings, parse, unread_when_disabled
 
 #: Prefix of the evaluation's metrics in NeMo-RL's logger (under its ``validation/``).
@@ -109,12 +108,14 @@ def answer_room_problem(config: Mapping[str, Any], settings: EvaluationSettings)
     a prompt's room (``data.max_input_seq_length``) and an answer's do not fit the model length
     its vLLM engine is built with (read as :func:`nemo_mmpo.eval.watch.vllm_engine` reads it).
     The dry run and ``nemo-mmpo eval watch`` refuse it."""
+    from nemo_mmpo.nemo_rl.sections import value  # here: that package imports this module
+
     length_key = "policy.generation.vllm_cfg.max_model_len"
-    model_length = sections.value(config, length_key)
+    model_length = value(config, length_key)
     if not model_length:
         length_key = "policy.max_total_sequence_length"
-        model_length = sections.value(config, length_key)
-    prompt_room = sections.value(config, "data.max_input_seq_length") or 0
+        model_length = value(config, length_key)
+    prompt_room = value(config, "data.max_input_seq_length") or 0
     if not model_length or settings.max_new_tokens + prompt_room <= model_length:
         return None
     answer_room = model_length - prompt_room
