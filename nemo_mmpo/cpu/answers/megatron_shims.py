@@ -410,7 +410,30 @@ def _own_adam_steps(optimizer_class: type) -> None:
     optimizer_class.load_state_dict = load_with_own_steps
 
 
+def _torch_pickles_tensors() -> None:
+    """Importing megatron-core replaces ``torch.storage._load_from_bytes`` (its ``__init__``:
+    a ``weights_only`` loader), and a tensor pickled afterwards names megatron-core's function:
+    it unpickles only where megatron-core imports. In NeMo-RL's layout the driver's and the
+    vLLM worker's environments have none, so the driver cannot read the worker's log-probs.
+    v0.7.0's own Megatron-LM pin is not public (PyPI's 0.19.2 stands in for it here,
+    docs/cpu-answers.md) and may not do this; torch's loader is put back so the worker's
+    results read as with a megatron-core that leaves torch alone."""
+    import torch.storage
+
+    loader = torch.storage._load_from_bytes
+    import megatron.core  # noqa: F401  (replaces it on its first import)
+
+    if loader.__module__ != "torch.storage":
+        raise RuntimeError(
+            "nemo-mmpo: megatron.core was imported before the CPU answers, so torch's own "
+            "storage loader is lost and the Megatron worker's tensors would unpickle only where "
+            f"megatron-core imports ({loader.__module__}.{loader.__name__})"
+        )
+    torch.storage._load_from_bytes = loader
+
+
 def _answer_megatron_core() -> None:
+    _torch_pickles_tensors()
     from megatron.core.optimizer import clip_grads, distrib_optimizer
     from megatron.core.optimizer import optimizer as megatron_optimizer
 

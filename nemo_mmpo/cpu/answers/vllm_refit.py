@@ -80,7 +80,34 @@ def publish(model: torch.nn.Module, box: Any) -> list[Any]:
 
 def publish_state(weights: dict[str, torch.Tensor], box: Any) -> list[Any]:
     """Post ``weights`` (``{Hugging Face name: tensor}``) to ``box``; returns the futures."""
-    return [box.post.remote([ray.put(weights)])]
+    return [box.post.remote([ray.put(wire_safe(weights))])]
+
+
+def wire_safe(weights: dict[str, torch.Tensor]) -> dict[str, tuple[Any, str, tuple[int, ...]]]:
+    """``weights`` as ``{name: (bytes as a numpy array, dtype name, shape)}``.
+
+    Importing megatron-core replaces ``torch.storage._load_from_bytes`` with a function of its
+    own, so a tensor pickled in a Megatron worker unpickles only where megatron-core imports;
+    in NeMo-RL's layout the vLLM worker's environment has none (NeMo-RL main's
+    ``make_nccl_reshard_refit_info_wire_safe`` says the same of vLLM's processes). On a GPU
+    the refit sends CUDA IPC handles, not pickled tensors; here the bytes travel as numpy
+    arrays, which pickle without torch's storage (and keep bfloat16, which numpy lacks)."""
+    return {
+        name: (
+            tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy(),
+            str(tensor.dtype).removeprefix("torch."),
+            tuple(tensor.shape),
+        )
+        for name, tensor in weights.items()
+    }
+
+
+def from_wire(weights: dict[str, tuple[Any, str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
+    """The tensors :func:`wire_safe` packed."""
+    return {
+        name: torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)
+        for name, (data, dtype, shape) in weights.items()
+    }
 
 
 def receive_and_load(self: Any, *args: Any, **kwargs: Any) -> bool:
@@ -90,7 +117,7 @@ def receive_and_load(self: Any, *args: Any, **kwargs: Any) -> bool:
     try:
         seen = getattr(self, "_nemo_mmpo_weights_version", 0)
         version, refs = ray.get(ray.get_actor(MAILBOX).newer_than.remote(seen, RECEIVE_TIMEOUT_S))
-        weights = ray.get(refs[0])
+        weights = from_wire(ray.get(refs[0]))
         self.model_runner.reload_weights(
             weights_iterator=iter(weights.items()), is_checkpoint_format=True
         )
