@@ -99,7 +99,7 @@ def test_the_readme_is_at_most_200_lines():
     assert lines <= README_LINES, f"README.md has {lines} lines: move details to a docs/ page"
 
 
-def test_the_readmes_commands_set_nemo_rl_path_once_and_can_run():
+def test_the_readme_sets_nemo_rl_path_once_and_asks_uv_for_no_conflicting_extras():
     """``NEMO_RL_PATH`` is exported once, beside ``NEMO_MMPO``, and no command sets it again
     (``nemo-mmpo train``, ``eval watch`` and the Slurm scripts all read it); no command asks uv
     for NeMo-RL's ``vllm`` and ``mcore`` extras together (its pyproject.toml declares them
