@@ -1,7 +1,9 @@
 """``python -m nemo_mmpo.cpu``: the CPU rig's tools.
 
 - ``warm-start --config RECIPE [overrides]``: only the recipe's warm start, into its cache
-  (needs no NeMo-RL: another interpreter or torch build can make it for a run here);
+  (needs no NeMo-RL, except for a recipe's own data section, ``cpu_backend.problems: recipe``,
+  whose formatting NeMo-RL's data setup gives: another interpreter or torch build can make it
+  for a run here);
 - ``plot NAME=LOG_DIR[,LOG_DIR...] ... --out FIGURE.png``: training reward, mean and band over
   the runs (seeds) of each name;
 - ``spread --out DIR``: the tiny recipe over seeds and perturbed numerics
@@ -21,19 +23,29 @@ from nemo_mmpo.recipes import load
 def warm_start_command(args: argparse.Namespace, overrides: list[str]) -> int:
     from nemo_mmpo.cpu.rig.measure import success_profile
     from nemo_mmpo.cpu.rig.model import char_tokenizer
+    from nemo_mmpo.cpu.rig.policy_start import recipe_task_start, warm_start_prompts
     from nemo_mmpo.cpu.rig.rig_settings import TinySettings
+    from nemo_mmpo.cpu.rig.task import FormattedProblem
     from nemo_mmpo.cpu.rig.warm_start import load_or_make
 
     config = load(args.config, overrides).config
     settings = TinySettings.from_config(config.get("cpu_backend"))
     if settings.warm_start_cache is None:
         raise MMPOInputError("cpu_backend.warm_start_cache is null: give a directory to write to")
-    spec = settings.warm_start_spec(config["policy"]["generation"])
-    tokenizer = char_tokenizer()
+    tokenizer, sums = char_tokenizer(), None
+    if settings.problems == "recipe":  # the sums as NeMo-RL formats the recipe's data section
+        tokenizer, _, sums = recipe_task_start(settings, config["data"])
+    prompts = warm_start_prompts(settings, sums)
+    spec = settings.warm_start_spec(config["policy"]["generation"], prompts)
     model, _, directory = load_or_make(spec, tokenizer, Path(settings.warm_start_cache))
     print(f"warm start: {directory}")
     temperature = float(config["policy"]["generation"]["temperature"])
     train, held_out = settings.task.split()
+    if sums is not None:  # measured on the prompts the run gives the policy
+        train, held_out = (
+            [FormattedProblem(sum_, text) for sum_, text in zip(part, sums(part), strict=True)]
+            for part in (train, held_out)
+        )
     for name, problems in (("training", train), ("held-out", held_out)):
         profile = success_profile(model, tokenizer, problems, temperature)
         print(

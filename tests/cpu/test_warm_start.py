@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
-from nemo_mmpo.cpu.rig.task import AdditionTask
+from nemo_mmpo.cpu.rig.task import AdditionTask, FormattedProblem
 from nemo_mmpo.cpu.rig.warm_start import (
     INFO_FILE,
     Sampler,
@@ -19,6 +19,7 @@ from nemo_mmpo.cpu.rig.warm_start import (
     WarmStartSettings,
     WarmStartSpec,
     load_or_make,
+    supervised_batch,
     warm_start,
 )
 from nemo_mmpo.errors import MMPOInputError
@@ -230,3 +231,33 @@ def test_two_processes_asking_for_the_same_warm_start_train_it_once(tmp_path, mo
     first, second = (results[name][0] for name in ("a", "b"))
     for name, value in first.state_dict().items():
         assert torch.equal(value, second.state_dict()[name])
+
+
+def test_formatted_prompts_are_what_it_learns_and_are_in_its_key():
+    """A recipe's formatting (``spec.prompts``: the sums as NeMo-RL formats them, here with the
+    newline a prompt file ends with): the warm start's problems carry those prompts, it learns
+    their tokens (the newline's too) before the response, and each prompt is in the cache key;
+    without prompts the key is the rig's own (``parts`` without ``prompts``)."""
+    tokenizer = char_tokenizer()
+    spec = cached_spec()
+    train, _ = spec.task.split()
+    prompts = tuple(f"{problem.prompt}\n" for problem in train)
+    formatted = dataclasses.replace(spec, prompts=prompts)
+    learned = formatted.training_problems()
+    assert learned == [FormattedProblem(p, text) for p, text in zip(train, prompts, strict=True)]
+    assert spec.training_problems() == train and "prompts" not in spec.parts()
+    batch = supervised_batch(tokenizer, learned[:1])
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    assert newline == [tokenizer.unk_token_id]  # not printable: the one unknown token
+    row = tokenizer.encode(prompts[0] + train[0].response, add_special_tokens=False)
+    assert batch["input_ids"][0, : len(row) + 1].tolist() == [*row, tokenizer.eos_token_id]
+    prompt_length = len(tokenizer.encode(prompts[0], add_special_tokens=False))
+    assert batch["input_ids"][0, prompt_length - 1].item() == newline[-1]  # the newline's token
+    assert (batch["labels"][0, :prompt_length] == -100).all()
+    assert batch["labels"][0, prompt_length].item() == row[prompt_length]  # the response starts
+    assert formatted.key() != spec.key()
+    other = dataclasses.replace(spec, prompts=(prompts[0][:-1], *prompts[1:]))
+    assert other.key() != formatted.key()  # one prompt's newline changes the key
+    assert formatted.parts()["prompts"]["first"] == list(prompts[:2])
+    with pytest.raises(ValueError, match="63 formatted prompts for 64 training problems"):
+        dataclasses.replace(spec, prompts=prompts[1:])

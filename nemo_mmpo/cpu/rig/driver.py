@@ -230,15 +230,16 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     note = noter(console)
     checkpointer = CheckpointManager(master_config.checkpointing)
     checkpoint_dir = Path(master["checkpointing"]["checkpoint_dir"])
+    sums = None  # the rig's sums as the recipe's data is formatted (its warm start's prompts)
     if settings.problems == "recipe":  # the recipe's own data section, through NeMo-RL's setup
-        tokenizer, records = recipe_task_start(settings, master["data"])
+        tokenizer, records, sums = recipe_task_start(settings, master["data"])
         held_out_file = None
     else:
         tokenizer, records, held_out_file = task_start(settings, checkpoint_dir)
     task_names = sorted({record["task_name"] for record in records})
     megatron = settings.policy == "megatron"
     if megatron:
-        start = megatron_start(settings, tokenizer, master, checkpointer, note)
+        start = megatron_start(settings, tokenizer, master, checkpointer, note, sums)
         model, optimizer_path, loaded_info, last = start, None, start[3], start[4]
         # the model the workers import, in the config NeMo-RL saves with every checkpoint (as
         # its setup() hands them policy.model_name): NeMo-RL's converter reads it from there
@@ -247,7 +248,7 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
         master = {name: plain(getattr(master_config, name)) for name in raw_config}
     else:
         model, optimizer_path, loaded_info, last = policy_model(
-            settings, tokenizer, master, checkpointer, note
+            settings, tokenizer, master, checkpointer, note, sums
         )
     # The RL run's randomness starts here, the same whether the warm start was trained now or
     # read from the cache (it draws from the global RNG).

@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 
 from nemo_mmpo.cpu.engines.sampling import sample_texts, token_logprobs
-from nemo_mmpo.cpu.rig.task import Problem, solved_rows
+from nemo_mmpo.cpu.rig.task import AnyProblem, solved_rows
 from nemo_mmpo.eval.verify import make_scorer
 from nemo_mmpo.settings import Settings
 
@@ -32,7 +32,7 @@ class Sampler(Settings):
 
 
 def success_rate(
-    model: Any, tokenizer: Any, problems: list[Problem], samples: int, sampler: Sampler
+    model: Any, tokenizer: Any, problems: list[AnyProblem], samples: int, sampler: Sampler
 ) -> float:
     """Share of correct samples (NeMo-RL's Math-Verify scorer, as the training reward)."""
     return float(sum(success_counts(model, tokenizer, problems, samples, sampler))) / (
@@ -41,7 +41,7 @@ def success_rate(
 
 
 def success_counts(
-    model: Any, tokenizer: Any, problems: list[Problem], samples: int, sampler: Sampler
+    model: Any, tokenizer: Any, problems: list[AnyProblem], samples: int, sampler: Sampler
 ) -> list[int]:
     """Correct samples out of ``samples`` for each problem."""
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
@@ -62,14 +62,14 @@ def success_counts(
 
 
 def expected_success(
-    model: Any, tokenizer: Any, problems: list[Problem], temperature: float = 1.0
+    model: Any, tokenizer: Any, problems: list[AnyProblem], temperature: float = 1.0
 ) -> float:
     """Mean over ``problems`` of ``p(correct response + <eos> | prompt)`` at ``temperature``."""
     return float(success_probabilities(model, tokenizer, problems, temperature).mean())
 
 
 def success_profile(
-    model: Any, tokenizer: Any, problems: list[Problem], temperature: float = 1.0
+    model: Any, tokenizer: Any, problems: list[AnyProblem], temperature: float = 1.0
 ) -> dict[str, float]:
     """How per-problem success spreads: the mean of :func:`success_probabilities` and the
     shares of problems below 0.2 and above 0.8 (a problem's success rate under sampling is at
@@ -83,7 +83,7 @@ def success_profile(
 
 
 def success_probabilities(
-    model: Any, tokenizer: Any, problems: list[Problem], temperature: float = 1.0
+    model: Any, tokenizer: Any, problems: list[AnyProblem], temperature: float = 1.0
 ) -> torch.Tensor:
     """``p(correct response + <eos> | prompt)`` at ``temperature`` per problem, float64
     ``[num_problems]``, from one forward pass."""

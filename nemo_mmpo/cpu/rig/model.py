@@ -35,14 +35,17 @@ class ModelShape(Settings):
 
 
 def char_tokenizer() -> Any:
-    """A ``transformers`` fast tokenizer with one token per printable ASCII character."""
+    """A ``transformers`` fast tokenizer with one token per character: printable ASCII its own,
+    any other (a newline, a tab, ``é``) the unknown token ``<unk>``, one per character (two
+    newlines in a prompt file are two tokens)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"<pad>": PAD, "<eos>": EOS, "<unk>": UNK}
     vocab.update({chr(code): code - 32 + 3 for code in range(32, 127)})
     model = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    model.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    # every character, a newline too (Oniguruma's "." is all but "\n", whose runs were one piece)
+    model.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     model.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=model, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"

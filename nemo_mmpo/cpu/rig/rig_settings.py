@@ -93,15 +93,19 @@ class TinySettings(Settings):
         ``seeded_rollouts`` and the vLLM engine, :attr:`seed`."""
         return self.seed if self.seeded_rollouts and self.engine == "vllm" else None
 
-    def warm_start_spec(self, generation: dict[str, Any]) -> WarmStartSpec:
+    def warm_start_spec(
+        self, generation: dict[str, Any], prompts: tuple[str, ...] | None = None
+    ) -> WarmStartSpec:
         """What determines this recipe's warm start (its cache key), with the RL run's sampler
-        (``policy.generation``)."""
+        (``policy.generation``) and the training sums' prompts as the run formats them
+        (``prompts``; None: as they are)."""
         return WarmStartSpec(
             task=self.task,
             shape=self.model,
             settings=self.warm_start,
             sampler=sampler_from_generation(generation),
             seed=self.seed,
+            prompts=prompts,
         )
 
 

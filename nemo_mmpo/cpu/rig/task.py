@@ -67,6 +67,36 @@ class Problem:
         return "two_digit_carry" if carry else "two_digit_no_carry"
 
 
+@dataclass(frozen=True)
+class FormattedProblem:
+    """A sum under a recipe's formatting: ``prompt`` is the text NeMo-RL's data processor makes
+    of ``problem.prompt`` for the recipe (its prompt file, system prompt and chat template), the
+    text whose tokens the policy is given; answer and response are the sum's."""
+
+    problem: Problem
+    prompt: str
+
+    @property
+    def id(self) -> str:
+        return self.problem.id
+
+    @property
+    def answer(self) -> str:
+        return self.problem.answer
+
+    @property
+    def response(self) -> str:
+        return self.problem.response
+
+    @property
+    def stratum(self) -> str:
+        return self.problem.stratum
+
+
+#: A sum as the warm start and the measures take it: as it is, or under a recipe's formatting.
+AnyProblem = Problem | FormattedProblem
+
+
 class AdditionTask(Settings):
     """All sums ``a + b`` with ``0 <= a, b < 100``, split into training and held-out problems.
 
@@ -115,7 +145,7 @@ class AdditionTask(Settings):
         return rest[: self.train_size], held_out
 
 
-def solved_rows(tokenizer: Any, problems: list[Problem]) -> tuple[Any, list[int], list[int]]:
+def solved_rows(tokenizer: Any, problems: list[AnyProblem]) -> tuple[Any, list[int], list[int]]:
     """Each problem's ``prompt + response + <eos>`` tokens, right-padded with the tokenizer's pad
     token: ``(input_ids [num_problems, width] int64, row lengths, prompt lengths)``."""
     import torch

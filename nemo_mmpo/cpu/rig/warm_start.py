@@ -3,7 +3,9 @@
 A randomly initialised model never samples a correct answer, so RL from scratch has no signal.
 The warm start trains on ``prompt + correct response + <eos>`` (cross-entropy on the response)
 and stops when the success rate of *samples* on the training prompts, at the training
-temperature and top-p, graded by NeMo-RL's Math-Verify scorer, lies in a target band. Where it
+temperature and top-p, graded by NeMo-RL's Math-Verify scorer, lies in a target band. The
+prompts are those the RL run gives the policy: for a recipe's own data section, each sum as
+NeMo-RL's data processor formats it for the recipe (:attr:`WarmStartSpec.prompts`). Where it
 stops is measured, not a step count tuned on one machine: float rounding on another CPU moves
 the trajectory, and the loop simply stops at another step.
 
@@ -36,7 +38,7 @@ from pydantic import Field, model_validator
 
 from nemo_mmpo.cpu.rig.measure import Sampler, success_rate
 from nemo_mmpo.cpu.rig.model import ModelShape, tiny_llama
-from nemo_mmpo.cpu.rig.task import AdditionTask, Problem, solved_rows
+from nemo_mmpo.cpu.rig.task import AdditionTask, AnyProblem, FormattedProblem, solved_rows
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.settings import Settings
 
@@ -94,7 +96,7 @@ class WarmStartResult:
     made_by: dict[str, str] = field(default_factory=dict)
 
 
-def supervised_batch(tokenizer: Any, problems: list[Problem]) -> dict[str, torch.Tensor]:
+def supervised_batch(tokenizer: Any, problems: list[AnyProblem]) -> dict[str, torch.Tensor]:
     """``input_ids``, ``attention_mask`` and ``labels`` (-100 outside the response) of
     ``prompt + response + <eos>`` for each problem, right-padded."""
     input_ids, lengths, prompt_lengths = solved_rows(tokenizer, problems)
@@ -119,7 +121,7 @@ def _made_by() -> dict[str, str]:
 def warm_start(
     model: Any,
     tokenizer: Any,
-    problems: list[Problem],
+    problems: list[AnyProblem],
     settings: WarmStartSettings,
     sampler: Sampler,
     seed: int,
@@ -205,22 +207,53 @@ def fingerprint(parts: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class WarmStartSpec:
-    """Everything that determines a warm start (the cache key)."""
+    """Everything that determines a warm start (the cache key).
+
+    ``prompts``: the training problems' prompts as NeMo-RL formats them for the recipe
+    (``cpu_backend.problems: recipe``: its prompt file, system prompt and chat template), in the
+    order of ``task.split()``'s training problems; None where they are the sums as they are
+    (``What is 47 + 38?``), whose key is the one the rig's own task has always had."""
 
     task: AdditionTask
     shape: ModelShape
     settings: WarmStartSettings
     sampler: Sampler
     seed: int
+    prompts: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.prompts is not None and len(self.prompts) != self.task.train_size:
+            raise ValueError(
+                f"{len(self.prompts)} formatted prompts for {self.task.train_size} training "
+                "problems"
+            )
+
+    def training_problems(self) -> list[AnyProblem]:
+        """What the warm start trains on and measures: the task's training problems, each
+        under its formatted prompt when there are ``prompts``."""
+        train, _ = self.task.split()
+        if self.prompts is None:
+            return train
+        return [
+            FormattedProblem(problem, prompt)
+            for problem, prompt in zip(train, self.prompts, strict=True)
+        ]
 
     def parts(self) -> dict[str, Any]:
-        return {
+        parts = {
             "task": self.task.model_dump(),
             "shape": self.shape.model_dump(),
             "settings": self.settings.model_dump(),
             "sampler": self.sampler.model_dump(),
             "seed": self.seed,
         }
+        if self.prompts is not None:  # every prompt in the key; the first two to read
+            text = json.dumps(list(self.prompts))
+            parts["prompts"] = {
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                "first": list(self.prompts[:2]),
+            }
+        return parts
 
     def key(self) -> str:
         return fingerprint(self.parts())
@@ -278,7 +311,7 @@ def _load_or_train(
             f"{result.made_by.get('torch')})"
         )
         return model, result, directory
-    train, _ = spec.task.split()
+    train = spec.training_problems()
     model = tiny_llama(tokenizer, spec.shape, spec.seed)
     result = warm_start(model, tokenizer, train, spec.settings, spec.sampler, spec.seed, log)
     log(
