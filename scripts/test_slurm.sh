@@ -3,7 +3,10 @@
 # slurmd, munged, loopback only, one node with a generic `gpu` GRES) is installed if needed,
 # started from a private config directory, and torn down at exit. srun accepts pyxis's container
 # options through a stand-in SPANK plugin (slurm/test/pyxis_standin.c, built here) and runs every
-# step on the host. The tiny CPU recipe, shortened, goes through NeMo-RL's real ray.sub.
+# step on the host. The tiny CPU recipe, shortened, goes through NeMo-RL's real ray.sub. The node
+# declares gpu:8 and the recipe uses 2: the job claims the whole node, as ray.sub insists
+# (slurm/partition_gpus.sh). Two nodes that never start (DOWN) make two more partitions: `mixed`
+# (gpu:8 and gpu:4, refused before queuing) and `plain` (no GPU GRES, submitted without --gres).
 # Prints one line per check, "slurm <check>: ok|FAILED <detail>"; exits 1 if any failed.
 #
 # Needs root (it starts the daemons) and apt (to install them); elsewhere it says why and skips,
@@ -57,7 +60,8 @@ esac
 WORK="${SLURM_TEST_DIR:-/var/tmp/nemo-mmpo-slurm}"
 CTLD_PORT="${SLURM_TEST_PORT:-6917}"
 NODE=localhost       # resolves to 127.0.0.1 everywhere; ray.sub resolves node names to addresses
-GPUS=2               # the node's generic GPUs (device files are links to /dev/null)
+GPUS=8               # the node's generic GPUs (device files are links to /dev/null)
+RECIPE_GPUS=2        # the recipe's cluster.gpus_per_node (GPUS_PER_NODE): fewer than the node's
 PACKAGES=(slurm-wlm munge libslurm-dev libpmix2 libpmix-dev gcc libc6-dev iproute2 util-linux)
 started=$SECONDS
 failures=0
@@ -135,8 +139,15 @@ SlurmdSpoolDir=$WORK/spool/d
 SlurmdPidFile=$WORK/log/slurmd.pid
 SlurmdLogFile=$WORK/log/slurmd.log
 $(slurm_conf_common)
+# never started (nothing listens on their ports): two more partitions' GRES, as sinfo reads them.
+# Before $NODE: while the only node so far is localhost, Slurm 22.05 finds every name as it
+# ("Duplicated NodeHostName gpu4 in config file").
+NodeName=gpu4 NodeAddr=127.0.0.1 Port=$((CTLD_PORT + 2)) CPUs=1 Gres=gpu:4 State=DOWN Reason=never-started
+NodeName=nogpu NodeAddr=127.0.0.1 Port=$((CTLD_PORT + 3)) CPUs=1 State=DOWN Reason=never-started
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=mmpo Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=mixed Nodes=$NODE,gpu4 MaxTime=INFINITE State=UP
+PartitionName=plain Nodes=nogpu MaxTime=INFINITE State=UP
 CONF
 echo "NodeName=$NODE Name=gpu File=$WORK/dev/nvidia[0-$((GPUS - 1))]" > "$WORK/etc/gres.conf"
 export SLURM_CONF="$WORK/etc/slurm.conf"
@@ -155,7 +166,7 @@ unshare --pid --fork --kill-child --mount-proc --mount --propagation private bas
 echo $! > "$WORK/run/slurmd-namespace.pid"
 disown
 
-node_idle() { [[ "$(sinfo -h -N -o '%T %G' 2>/dev/null)" == "idle gpu:$GPUS"* ]]; }
+node_idle() { [[ "$(sinfo -h -N -n "$NODE" -o '%T %G' 2>/dev/null)" == "idle gpu:$GPUS"* ]]; }
 if wait_until 60 node_idle; then
     report daemons 0 "" "munged, slurmctld, slurmd; node $NODE idle with gpu:$GPUS, $CPUS CPUs"
 else
@@ -187,10 +198,11 @@ job_env="$(job_env_for "$nemo_rl")"
 # The recipe, shortened. Its warm start stops at its first check (the band is [0, 1]): this
 # tests the submission path, not learning (tests/cpu/test_tiny_run.py does), in CI's budget.
 submit() {  # submit RUN_NAME OVERRIDES...: slurm/submit_mmpo.sh's output in $WORK/log/submit-RUN
+    # (SUBMIT_PARTITION, SUBMIT_GPUS: PARTITION and GPUS_PER_NODE, default mmpo and RECIPE_GPUS)
     local run="$1"
     shift
     SBATCH_OUTPUT="$WORK/jobs/slurm-%j.out" \
-    ACCOUNT=mmpo PARTITION=mmpo NUM_NODES=1 GPUS_PER_NODE=$GPUS TIME=00:15:00 \
+    ACCOUNT=mmpo PARTITION="${SUBMIT_PARTITION:-mmpo}" NUM_NODES=1 GPUS_PER_NODE="${SUBMIT_GPUS:-$RECIPE_GPUS}" TIME=00:15:00 \
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
     PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" WORK_DIR="$checkout_copy" JOB_NAME="mmpo-test-$run" \
     CONFIG=nemo_mmpo/mmpo_tiny_cpu.yaml \
@@ -217,6 +229,40 @@ else
     report "bad override refused" 1 "exit $status, jobs before [$before] after [$after], queued $queued; $(tail -n 3 "$WORK/log/submit-refused.log")"
 fi
 
+# What ray.sub cannot run is refused in one line before anything is queued, from the partition's
+# GRES as sinfo reads it on the login node: nodes with different GPU counts (ray.sub claims one
+# count on every node), a recipe asking more GPUs than a node has.
+refused_in_one_line() {  # refused_in_one_line CHECK RUN WANTED: exit 2, the last line WANTED...,
+    # after the recipe's line only; no job queued
+    local before after status said
+    before="$(job_ids)"
+    submit "$2" grpo.max_num_steps=3
+    status=$?
+    after="$(job_ids)"
+    said="$(grep -v '^recipe: ' "$WORK/log/submit-$2.log")"
+    [[ $status -eq 2 && "$said" == "$3"* && "$said" != *$'\n'* && "$before" == "$after" ]]
+    report "$1" $? "exit $status, jobs before [$before] after [$after]; said: $said" "$said"
+}
+SUBMIT_PARTITION=mixed refused_in_one_line "gpu:8 and gpu:4 nodes refused before queuing" mixed \
+    "Not submitted: partition mixed's nodes have different GPU counts (gpu:4, gpu:8)"
+SUBMIT_GPUS=16 refused_in_one_line "16 GPUs on gpu:8 nodes refused before queuing" too-many \
+    "Not submitted: GPUS_PER_NODE=16 but partition mmpo's nodes have gpu:8; set GPUS_PER_NODE to 8 or fewer"
+
+# A partition whose nodes declare no GPU GRES: submitted without --gres, as ray.sub runs there
+# (sbatch refuses --gres on it: the scripts passed one before). Its node never starts: the job
+# waits, and is cancelled.
+SUBMIT_PARTITION=plain submit plain grpo.max_num_steps=3
+job="$(submitted_id plain)"
+gres_refused="$(timeout 30 sbatch --partition=plain --gres=gpu:$RECIPE_GPUS --output=/dev/null --wrap=true 2>&1)"
+plain_said="$(grep '^partition plain: ' "$WORK/log/submit-plain.log")"
+tres="$(job_field "${job:-none}" TresPerNode)"
+[[ -n "$job" && -z "$tres" && "$plain_said" == "partition plain: its nodes declare no GPU GRES; submitting without --gres"* &&
+    "$gres_refused" == *"Requested node configuration is not available"* ]]
+report "no GPU GRES: submitted without --gres" $? \
+    "job ${job:-none} (TresPerNode=${tres:-none}), said: ${plain_said:-nothing}; sbatch --gres there: $gres_refused" \
+    "job $job queued without --gres; sbatch refuses --gres there"
+[[ -n "$job" ]] && scancel "$job"
+
 # The recipe, shortened, through ray.sub: Ray started by ray.sub, our entry point's check, three
 # steps of NeMo-RL's grpo_train, a checkpoint; the job ends COMPLETED. transform_alpha is a key
 # the plug-in estimator does not read: named once in the run's log (the plan, not again when
@@ -239,6 +285,17 @@ else
     report "job COMPLETED" "$([[ $state == COMPLETED ]]; echo $?)" \
         "job $job: $state; $(tail -n 5 "$driver_log" 2>/dev/null | tr '\n' ' ')" \
         "job $job, $((SECONDS - job_started)) s from submission to COMPLETED"
+    # the gpu:8 node claimed whole (sbatch's --gres, ray.sub's GPUS_PER_NODE), the recipe's 2 used
+    claim_said="$(grep '^partition mmpo: ' "$WORK/log/submit-train.log")"
+    tres="$(job_field "$job" TresPerNode)"
+    recipe_gpus="$("$VENV/bin/python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["cluster"]["gpus_per_node"])' \
+        "$WORK/runs/train/checkpoints/step_3/config.yaml" 2>&1 | tail -n 1)"
+    [[ $claim_said == "partition mmpo: nodes have gpu:$GPUS; claiming $GPUS a node for ray.sub, the recipe uses $RECIPE_GPUS" &&
+        $tres == *"gpu:$GPUS" && $recipe_gpus == "$RECIPE_GPUS" ]] &&
+        grep -q "GRES support detected. Using: --gres=gpu:$GPUS" "$WORK/jobs/slurm-$job.out"
+    report "gpu:$GPUS node, $RECIPE_GPUS-GPU recipe" $? \
+        "said: ${claim_said:-nothing}; job TresPerNode=$tres; ray.sub: $(grep -m1 'GRES' "$WORK/jobs/slurm-$job.out"); recipe's cluster.gpus_per_node: $recipe_gpus" \
+        "$claim_said; job TresPerNode=$tres; cluster.gpus_per_node=$recipe_gpus"
     # ray.sub started the head (its signal file, Ray's banner) and the driver joined that cluster
     grep -q "Ray runtime started" "$logs/ray-head.log" 2>/dev/null && [[ -f "$logs/STARTED_RAY_HEAD" ]]
     report "ray.sub started Ray" $? "see $logs/ray-head.log"

@@ -38,7 +38,8 @@ CTLD_PORT="${SLURM_TEST_PORT:-6917}"
 SUBNET="${SLURM_TEST_SUBNET:-10.213.47}"  # a /24 of the test's own
 BRIDGE=mmpo-slurm-br
 declare -A ADDRESS=([ctl]="$SUBNET.2" [node1]="$SUBNET.11" [node2]="$SUBNET.12")
-GPUS=2
+GPUS=8         # each node's generic GPUs (links to /dev/null): the job claims them all for ray.sub
+RECIPE_GPUS=2  # the recipe's cluster.gpus_per_node (GPUS_PER_NODE), fewer (slurm/partition_gpus.sh)
 # the test's node watch: a node lost is named within 2 x (5 s + the 5 s probe) + 5 s to stop
 WATCH="NODE_WATCH_PERIOD=5 NODE_WATCH_MISSES=2 STOP_GRACE=5"
 LINE_BOUND=90  # seconds from the fault to the line, for a loaded 2-core machine (docs/slurm-ci.md)
@@ -241,7 +242,7 @@ submit_multinode() {  # submit_multinode NEMO_RL RUN OVERRIDES...: mmpo_multinod
     # (ray_said reads them when a check fails)
     job_env="$(job_env_for "$nemo_rl") $WATCH RAY_LOG_SYNC_FREQUENCY=20"
     SBATCH_OUTPUT="$WORK/jobs/slurm-%j.out" \
-    ACCOUNT=mmpo PARTITION=mmpo GPUS_PER_NODE=$GPUS TIME=00:15:00 \
+    ACCOUNT=mmpo PARTITION=mmpo GPUS_PER_NODE=$RECIPE_GPUS TIME=00:15:00 \
     NEMO_RL_HOST_DIR="$nemo_rl" NEMO_RL_DIR="$nemo_rl" PYTHON="$VENV/bin/python" \
     PYTHON_LAUNCHER="$VENV/bin/python" JOB_ENV="$job_env" WORK_DIR="$checkout_copy" JOB_NAME="mmpo-two-hosts-$run" \
     CONFIG=examples/configs/mmpo_tiny_cpu_two_hosts.yaml \
@@ -310,6 +311,17 @@ run_snapshot() {  # run_snapshot NEMO_RL FAULT: the fault run, then its resubmis
     check "$label: last line names node2 and the checkpoint" $? "last line: $line (newest checkpoint: step_${newest:-none})" "$line"
     ((ended_after <= LINE_BOUND))
     check "$label: job ended in bounded time" $? "$ended_after s from the fault to the line (bound $LINE_BOUND s)" "$ended_after s after node2 was lost (bound $LINE_BOUND s)"
+    # both gpu:8 nodes claimed whole for ray.sub (sbatch's --gres), the recipe's 2 a node used
+    local claim_said tres cluster
+    claim_said="$(grep '^partition mmpo: ' "$WORK/log/submit-$run.log" | tail -n 1)"
+    tres="$(job_field "$job" TresPerNode)"
+    cluster="$("$VENV/bin/python" -c 'import sys, yaml; c = yaml.safe_load(open(sys.argv[1]))["cluster"]; print(c["num_nodes"], c["gpus_per_node"])' \
+        "$checkpoints/step_2/config.yaml" 2>&1 | tail -n 1)"
+    [[ $claim_said == "partition mmpo: nodes have gpu:$GPUS; claiming $GPUS a node for ray.sub, the recipe uses $RECIPE_GPUS" &&
+        $tres == *"gpu:$GPUS" && $cluster == "2 $RECIPE_GPUS" ]]
+    check "$label: gpu:$GPUS nodes claimed whole, $RECIPE_GPUS-GPU recipe" $? \
+        "said: ${claim_said:-nothing}; job TresPerNode=${tres:-none}; recipe's cluster (num_nodes gpus_per_node): $cluster" \
+        "TresPerNode=$tres; cluster.num_nodes, gpus_per_node: $cluster"
 
     # 2. node2 back (Slurm's verdict on the lost job is final then), the same command again
     restart_node2

@@ -12,6 +12,9 @@
 # them from its working directory. The login node's PYTHON checks the recipe first: it needs
 # torch (a CPU build is enough) and nemo-mmpo's launch extra: pip install '<this clone>[launch]'.
 # The recipe's cluster.num_nodes / cluster.gpus_per_node are set from NUM_NODES / GPUS_PER_NODE.
+# On a partition whose nodes declare GPU GRES (gpu:8), the job claims whole nodes, as ray.sub
+# insists, and the recipe uses GPUS_PER_NODE of each; the count is read with sinfo before anything
+# is queued, and a partition ray.sub cannot run on is refused in one line (slurm/partition_gpus.sh).
 # The batch script is slurm/ray_job.sh: it runs ray.sub unchanged and watches the job's nodes; a
 # lost node ends the job with a line naming it and the checkpoint to resume from. The job is
 # submitted --no-requeue: submitting the same command again resumes from that checkpoint.
@@ -40,7 +43,7 @@ MMPO_DIR="${MMPO_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"  # this repository (sh
 CONFIG="${CONFIG:-nemo_mmpo/mmpo_math_qwen3_8b_2nodes.yaml}"  # your recipe, or nemo_mmpo/<file>
 WORK_DIR="${WORK_DIR:-$PWD}"                          # the run's relative paths start here
 NUM_NODES="${NUM_NODES:-2}"
-GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+GPUS_PER_NODE="${GPUS_PER_NODE:-8}"                  # the GPUs the recipe uses on each node
 TIME="${TIME:-24:00:00}"
 JOB_NAME="${JOB_NAME:-mmpo-$(basename "$CONFIG" .yaml)-${NUM_NODES}n}"
 SBATCH="${SBATCH:-sbatch}"                            # the submit command (tests use a stand-in)
@@ -61,8 +64,10 @@ if [[ ! -f "$RAY_SUB" ]]; then
 fi
 # shellcheck source=slurm/job_paths.sh
 source "$MMPO_DIR/slurm/job_paths.sh"  # CONFIG made absolute; MOUNTS: this clone, WORK_DIR, CONFIG's folder
-OVERRIDES=("cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" "$@")
 echo "recipe: $CONFIG (relative paths from $WORK_DIR)" >&2
+# shellcheck source=slurm/partition_gpus.sh
+source "$MMPO_DIR/slurm/partition_gpus.sh"  # RAY_SUB_GPUS and GRES_OPTIONS from the partition's GRES
+OVERRIDES=("cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" "$@")
 
 cd "$WORK_DIR"  # ray.sub runs COMMAND from the submit directory and writes its logs here
 # Check the recipe and overrides before anything is queued (a typo fails here, not on GPUs),
@@ -98,7 +103,7 @@ env "${job_environment[@]}" \
 COMMAND="cd $(printf '%q' "$WORK_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR $PYTHON_LAUNCHER $(printf '%q' "$MMPO_DIR/examples/run_mmpo_math.py") --config $(printf '%q' "$CONFIG") ${QUOTED_OVERRIDES% }" \
 CONTAINER="$CONTAINER" \
 MOUNTS="$MOUNTS" \
-GPUS_PER_NODE="$GPUS_PER_NODE" \
+GPUS_PER_NODE="$RAY_SUB_GPUS" \
 MMPO_RAY_SUB="$(cd "$(dirname "$RAY_SUB")" && pwd)/$(basename "$RAY_SUB")" \
 MMPO_CHECKPOINT_DIR="$CHECKPOINT_DIR" \
 "$SBATCH" \
@@ -109,5 +114,5 @@ MMPO_CHECKPOINT_DIR="$CHECKPOINT_DIR" \
     --partition="$PARTITION" \
     --job-name="$JOB_NAME" \
     --time="$TIME" \
-    --gres="gpu:$GPUS_PER_NODE" \
+    "${GRES_OPTIONS[@]}" \
     "$MMPO_DIR/slurm/ray_job.sh"

@@ -1,7 +1,9 @@
 """The Slurm templates hand the right command, container and mounts to NeMo-RL's ray.sub.
 
-A stand-in ``sbatch`` records what it is given; the check before submission runs for real, with
-NeMo-RL's config loader read from the checkout ``NEMO_RL_HOST_DIR`` names (the login node's).
+A stand-in ``sbatch`` records what it is given, and a stand-in ``sinfo`` says the partition's
+GRES (``FAKE_GRES``, default ``gpu:8``, for partition ``batch``); the check before submission runs
+for real, with NeMo-RL's config loader read from the checkout ``NEMO_RL_HOST_DIR`` names (the
+login node's).
 """
 
 from __future__ import annotations
@@ -22,19 +24,37 @@ FAKE_SBATCH = """#!/usr/bin/env bash
 { echo "ARGS=$*"; echo "COMMAND=$COMMAND"; echo "CONTAINER=$CONTAINER"; echo "MOUNTS=$MOUNTS"; \
   echo "PWD=$PWD"; echo "JOB_PATH=$PATH"; echo "JOB_MARKER=${MMPO_TEST_MARKER:-}"; \
   echo "RAY_SUB=$MMPO_RAY_SUB"; echo "CHECKPOINT_DIR=$MMPO_CHECKPOINT_DIR"; \
+  echo "RAY_SUB_GPUS=$GPUS_PER_NODE"; \
 } > "$SBATCH_RECORD"
+"""
+# sinfo -p PARTITION -h -o %G: FAKE_GRES's lines for partition batch, nothing for another;
+# sinfo -h -o %R: the partitions
+FAKE_SINFO = """#!/usr/bin/env bash
+if [[ -n "${FAKE_SINFO_FAILS:-}" ]]; then echo "$FAKE_SINFO_FAILS" >&2; exit 1; fi
+case "$*" in
+  "-p batch -h -o %G") printf '%s\\n' "${FAKE_GRES-gpu:8}" ;;
+  "-p "*" -h -o %G") ;;
+  "-h -o %R") printf 'batch\\ndebug\\n' ;;
+  *) echo "sinfo stand-in: unexpected arguments $*" >&2; exit 1 ;;
+esac
 """
 
 
 def submit(
     script: str, tmp_path: Path, extra_env: dict[str, str], *overrides: str, cwd: Path = ROOT
 ) -> dict:
+    """What the stand-in sbatch was given, and the script's standard error as ``STDERR``."""
     fake = tmp_path / "fake_sbatch"
     fake.write_text(FAKE_SBATCH)
     fake.chmod(0o755)
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir(exist_ok=True)
+    (stand_ins / "sinfo").write_text(FAKE_SINFO)
+    (stand_ins / "sinfo").chmod(0o755)
     record = tmp_path / "record.txt"
     env = {
         **os.environ,
+        "PATH": f"{stand_ins}:{os.environ['PATH']}",
         "SBATCH": str(fake),
         "SBATCH_RECORD": str(record),
         "NEMO_RL_HOST_DIR": str(nemo_rl_checkout()),
@@ -43,14 +63,15 @@ def submit(
         "PYTHON": sys.executable,
         **extra_env,
     }
-    subprocess.run(
+    result = subprocess.run(
         ["bash", str(ROOT / "slurm" / script), *overrides],
         env=env,
         check=True,
         capture_output=True,
         cwd=cwd,
     )
-    return dict(line.split("=", 1) for line in record.read_text().splitlines())
+    recorded = dict(line.split("=", 1) for line in record.read_text().splitlines())
+    return {**recorded, "STDERR": result.stderr.decode()}
 
 
 def watch_command(recorded: dict) -> list[str]:
@@ -72,7 +93,8 @@ def test_a_recipe_in_a_folder_of_ones_own_is_mounted_not_copied(tmp_path):
     (exp / "my_task.yaml").write_text(
         "defaults:\n  - nemo_rl/grpo_math_1B_megatron.yaml\n  - base/mmpo_common.yaml\n"
         "grpo:\n  num_prompts_per_step: 16\n  num_generations_per_prompt: 8\n"
-        "policy:\n  train_global_batch_size: 128\n"
+        "policy:\n  train_global_batch_size: 128\n  generation:\n    max_new_tokens: 384\n"
+        "data:\n  max_input_seq_length: 128\n"  # room for the answers in NeMo-RL's 512
         "checkpointing:\n  enabled: true\nevaluation:\n  enabled: true\n"
     )
     prompts = exp / "examples" / "prompts"  # NeMo-RL's configs name it from the run's folder
@@ -203,8 +225,10 @@ def test_one_node_template(tmp_path):
     assert arguments[-1] == str(ROOT / "slurm" / "ray_job.sh")
     assert recorded["RAY_SUB"] == f"{nemo_rl_checkout()}/ray.sub"
     assert recorded["CHECKPOINT_DIR"] == f"{ROOT}/results/mmpo_qwen3_1.7b"
-    for expected in ("--nodes=1", "--account=acct", "--partition=batch", "--gres=gpu:2"):
+    # the partition's nodes have gpu:8: ray.sub claims them all, the recipe uses 2
+    for expected in ("--nodes=1", "--account=acct", "--partition=batch", "--gres=gpu:8"):
         assert expected in arguments
+    assert recorded["RAY_SUB_GPUS"] == "8"
     # ray.sub's own directives come first (ours override them); a lost node is not requeued
     assert arguments[:2] == ["--nodes=2", "--exclusive"] and "--no-requeue" in arguments
     assert arguments.index("--nodes=1") > arguments.index("--nodes=2")
@@ -225,9 +249,126 @@ def test_multinode_template(tmp_path):
     )
     arguments = shlex.split(recorded["ARGS"])
     assert "--nodes=4" in arguments and "--gres=gpu:8" in arguments
+    assert recorded["RAY_SUB_GPUS"] == "8"
     assert "cluster.num_nodes=4 cluster.gpus_per_node=8" in recorded["COMMAND"]
     assert "mmpo_math_qwen3_8b_2nodes.yaml" in recorded["COMMAND"]
     assert recorded["MOUNTS"].endswith(",/data:/data")
+
+
+def ray_sub_gres_arg(tmp_path: Path, gres: str, gpus_per_node: str) -> subprocess.CompletedProcess:
+    """NeMo-RL's own ``maybe_gres_arg``, cut from the checkout's ray.sub, as the job runs it:
+    the stand-in ``sinfo`` of the last :func:`submit` answers ``gres``, ``GPUS_PER_NODE`` as
+    handed."""
+    ray_sub = (nemo_rl_checkout() / "ray.sub").read_text()
+    function = ray_sub[ray_sub.index("maybe_gres_arg() {") :]
+    function = function[: function.index("\n}\n") + 3]
+    return subprocess.run(
+        ["bash", "-c", f"set -eou pipefail\n{function}maybe_gres_arg"],
+        env={
+            **os.environ,
+            "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+            "SLURM_JOB_PARTITION": "batch",
+            "FAKE_GRES": gres,
+            "GPUS_PER_NODE": gpus_per_node,
+        },
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("gres", "said"),
+    [
+        ("gpu:8", "gpu:8"),
+        ("gpu:a100:8(S:0-1)", "gpu:a100:8(S:0-1)"),  # a type, a socket spec
+        ("gpu:8\n(null)", "gpu:8"),  # and nodes without GPUs: sbatch and ray.sub pick GPU nodes
+    ],
+)
+def test_a_gpu_partition_is_claimed_whole_and_the_recipe_keeps_its_gpus(tmp_path, gres, said):
+    """The 1-node template's recipe uses 2 GPUs on a partition of gpu:8 nodes: ray.sub gets 8
+    (its check passes: NeMo-RL's own function, which stops the job on the recipe's 2), sbatch
+    claims 8, the recipe keeps ``cluster.gpus_per_node=2``; one line says so."""
+    recorded = submit("mmpo_1node.sh", tmp_path, {"FAKE_GRES": gres})
+    arguments = shlex.split(recorded["ARGS"])
+    assert [word for word in arguments if word.startswith("--gres")] == ["--gres=gpu:8"]
+    assert recorded["RAY_SUB_GPUS"] == "8"
+    assert "cluster.num_nodes=1 cluster.gpus_per_node=2" in recorded["COMMAND"]
+    line = f"partition batch: nodes have {said}; claiming 8 a node for ray.sub, the recipe uses 2"
+    assert line in recorded["STDERR"].splitlines()
+    accepted = ray_sub_gres_arg(tmp_path, gres, recorded["RAY_SUB_GPUS"])
+    assert (accepted.returncode, accepted.stdout) == (0, "--gres=gpu:8\n")
+    before = ray_sub_gres_arg(tmp_path, gres, "2")  # what the template handed ray.sub before
+    assert before.returncode == 1 and "Error: GPUS_PER_NODE=2 but GRES detected" in before.stderr
+
+
+def test_a_partition_without_gpu_gres_is_submitted_without_gres(tmp_path):
+    """Nodes that declare no GPUs: ray.sub runs without --gres (Ray sees the whole node), and so
+    does the job (sbatch refuses --gres there); the recipe's count is ray.sub's."""
+    recorded = submit("mmpo_1node.sh", tmp_path, {"FAKE_GRES": "(null)"})
+    assert not [word for word in shlex.split(recorded["ARGS"]) if word.startswith("--gres")]
+    assert recorded["RAY_SUB_GPUS"] == "2"
+    assert "cluster.gpus_per_node=2" in recorded["COMMAND"]
+    assert (
+        "partition batch: its nodes declare no GPU GRES; submitting without --gres, as ray.sub "
+        "runs there (Ray sees each whole node); the recipe uses 2 a node"
+    ) in recorded["STDERR"].splitlines()
+    accepted = ray_sub_gres_arg(tmp_path, "(null)", recorded["RAY_SUB_GPUS"])
+    assert (accepted.returncode, accepted.stdout) == (0, "\n")
+
+
+@pytest.mark.parametrize(
+    ("script", "environment", "line"),
+    [
+        (
+            "mmpo_1node.sh",
+            {"FAKE_GRES": "gpu:8\ngpu:4"},
+            "Not submitted: partition batch's nodes have different GPU counts (gpu:4, gpu:8) and "
+            "ray.sub claims one count on every node; pick a partition whose nodes all have the "
+            "same (sinfo -p batch -o '%N %G' lists them)",
+        ),
+        (
+            "mmpo_1node.sh",
+            {"GPUS_PER_NODE": "16"},
+            "Not submitted: GPUS_PER_NODE=16 but partition batch's nodes have gpu:8; set "
+            "GPUS_PER_NODE to 8 or fewer (and the recipe's layout to fit), or pick a partition "
+            "with more GPUs a node",
+        ),
+        (
+            "mmpo_multinode.sh",
+            {"FAKE_GRES": "gpu:h100:4(S:0-1)"},
+            "Not submitted: GPUS_PER_NODE=8 but partition batch's nodes have gpu:h100:4(S:0-1); "
+            "set GPUS_PER_NODE to 4 or fewer (and the recipe's layout to fit), or pick a "
+            "partition with more GPUs a node",
+        ),
+        (
+            "mmpo_1node.sh",
+            {"PARTITION": "YOUR_PARTITION"},
+            "Not submitted: PARTITION=YOUR_PARTITION: Slurm lists no node in it; set PARTITION "
+            "to one of: batch debug",
+        ),
+        (
+            "mmpo_1node.sh",
+            {"FAKE_SINFO_FAILS": "sinfo: error: Unable to contact slurm controller"},
+            "Not submitted: sinfo -p batch failed: sinfo: error: Unable to contact slurm "
+            "controller",
+        ),
+        (
+            "mmpo_1node.sh",
+            {"GPUS_PER_NODE": "two"},
+            "GPUS_PER_NODE=two: not a whole number of GPUs; set it to the GPUs the recipe uses on "
+            "each node, e.g. GPUS_PER_NODE=2",
+        ),
+    ],
+)
+def test_what_ray_sub_cannot_run_is_refused_in_one_line_before_queuing(
+    tmp_path, script, environment, line
+):
+    with pytest.raises(subprocess.CalledProcessError) as error:
+        submit(script, tmp_path, environment)
+    assert error.value.returncode == 2
+    said = error.value.stderr.decode().splitlines()
+    assert said[0].startswith("recipe: ") and said[1:] == [line]
+    assert not (tmp_path / "record.txt").exists()
 
 
 def test_missing_ray_sub_location_is_explained(tmp_path):
