@@ -141,3 +141,19 @@ def test_a_template_replaces_the_prompt_files_in_the_same_chat_template(
         "<|im_start|>user\nWhat is {x} if x = 2 + 3?\nAnswer in \\boxed{}.<|im_end|>\n"
         "<|im_start|>assistant\n<think></think>"
     )
+
+
+def test_a_cpu_rig_recipes_prompt_is_the_one_the_rig_trains_with(recipe):
+    """The CPU rehearsal (``base/tiny_cpu.yaml``: the rig on the recipe's own problems) trains
+    with its character tokenizer and a plain chat template: the watcher formats with them."""
+    from nemo_mmpo.cpu.rig.policy_start import recipe_task_start
+    from nemo_mmpo.cpu.rig.rig_settings import TinySettings
+
+    recipe["cpu_backend"] = {"enabled": True, "problems": "recipe"}
+    records = recipe_task_start(TinySettings.from_config(recipe["cpu_backend"]), recipe["data"])[1]
+    (message,) = records[0]["message_log"]
+    assert (
+        message["content"]
+        == "You are careful.\nSolve What is {x} if x = 2 + 3? and box it in \\boxed{}.\n"
+    )
+    assert prompt_format(recipe, None).texts([PROBLEM]) == [message["content"]]
