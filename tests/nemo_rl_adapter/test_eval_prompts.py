@@ -157,3 +157,30 @@ def test_a_cpu_rig_recipes_prompt_is_the_one_the_rig_trains_with(recipe):
         == "You are careful.\nSolve What is {x} if x = 2 + 3? and box it in \\boxed{}.\n"
     )
     assert prompt_format(recipe, None).texts([PROBLEM]) == [message["content"]]
+
+
+def test_the_in_loop_evaluation_samples_the_training_prompt(recipe, tmp_path):
+    """NeMo-RL's ``validate``, hooked, hands its tokenizer: the in-loop evaluation's engine is
+    asked for the training prompt too."""
+    from nemo_mmpo.nemo_rl.evaluation import validate_in_loop
+
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(json.dumps(PROBLEM) + "\n")
+    settings = EvaluationSettings(
+        enabled=True,
+        in_loop=True,
+        benchmarks={"mine": str(held_out)},
+        samples=1,
+        output_dir=str(tmp_path / "evaluation"),
+    )
+    asked: list[str] = []
+
+    class Engine:
+        def sample_texts(self, prompts, samples, seed, **sampler):
+            asked.extend(prompts)
+            return [["\\boxed{5}"] * samples for _ in prompts]
+
+    tokenizer = algorithm_utils.get_tokenizer(recipe["policy"]["tokenizer"])
+    metrics, _ = validate_in_loop(Engine(), 1, settings, recipe, tokenizer)
+    assert asked == [training_prompt(recipe)]
+    assert metrics["accuracy"] == 1.0
