@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Evaluate a training run's checkpoints with the paper's protocol as they appear: one GPU job
-# beside the training job, running `nemo-mmpo eval watch --follow` (vLLM) in NeMo-RL's
-# container. Safe to submit before, during or after training, and to requeue: it skips what it
+# beside the training job, running `nemo-mmpo eval watch --follow` in NeMo-RL's container
+# (its driver environment; vLLM samples in the vLLM worker's environment NeMo-RL prebuilt under
+# NEMO_RL_VENV_DIR, a Megatron checkpoint converts in the Megatron worker's). Safe to submit before, during or after training, and to requeue: it skips what it
 # evaluated and resumes a step it was interrupted in.
 # Usage:  CONFIG=<the training run's recipe> bash slurm/watch_mmpo.sh [overrides]
 # (default: nemo_mmpo/mmpo_math_qwen3_1.7b.yaml; the training run's overrides, as
@@ -26,7 +27,7 @@ TIME="${TIME:-24:00:00}"
 JOB_NAME="${JOB_NAME:-watch-$(basename "$CONFIG" .yaml)}"
 SBATCH="${SBATCH:-sbatch}"
 EXTRA_MOUNTS="${EXTRA_MOUNTS:-}"
-BACKEND="${BACKEND:-vllm}"                          # vllm (GPU) or hf
+BACKEND="${BACKEND:-}"                              # vllm or hf; empty: the recipe's (vllm on a GPU)
 PYTHON="${PYTHON:-python3}"                         # login-node Python for the check
 # ----------------------------------------------------------------------------------------
 
@@ -48,14 +49,14 @@ if [[ -n "$missing" ]]; then
     exit 3
 fi
 if ! (cd "$WORK_DIR" && NEMO_RL_PATH="$NEMO_RL_HOST_DIR" PYTHONPATH="$MMPO_DIR${PYTHONPATH:+:$PYTHONPATH}" \
-        "$PYTHON" -m nemo_mmpo.eval watch --check --config "$CONFIG" --backend "$BACKEND" "$@" >&2); then
+        "$PYTHON" -m nemo_mmpo.eval watch --check --config "$CONFIG" ${BACKEND:+--backend "$BACKEND"} "$@" >&2); then
     echo "Not submitted: the watcher's check above failed (fix the recipe or overrides, then submit again)" >&2
     exit 2
 fi
 mkdir -p "$LOG_DIR"  # Slurm does not create the --output folder
 QUOTED_OVERRIDES=""  # (printf '%q ' with no argument would pass one empty argument)
 [[ $# -gt 0 ]] && QUOTED_OVERRIDES=" $(printf '%q ' "$@")"
-WATCH="cd $(printf '%q' "$WORK_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR PYTHONPATH=$(printf '%q' "$MMPO_DIR") uv run --project $NEMO_RL_DIR python -m nemo_mmpo.eval watch --config $(printf '%q' "$CONFIG") --backend $BACKEND --follow${QUOTED_OVERRIDES% }"
+WATCH="cd $(printf '%q' "$WORK_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR PYTHONPATH=$(printf '%q' "$MMPO_DIR") uv run --project $NEMO_RL_DIR python -m nemo_mmpo.eval watch --config $(printf '%q' "$CONFIG")${BACKEND:+ --backend $(printf '%q' "$BACKEND")} --follow${QUOTED_OVERRIDES% }"
 "$SBATCH" \
     --nodes=1 \
     --account="$ACCOUNT" \

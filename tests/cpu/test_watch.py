@@ -1,5 +1,19 @@
-"""The checkpoint watcher on a live tiny run, killed and restarted: it evaluates each checkpoint
-once, as it appears, and loses and repeats no sample.
+"""The checkpoint watcher where NeMo-RL's workers run, and on a live tiny run, killed and
+restarted.
+
+Where NeMo-RL's workers run: the interpreters NeMo-RL gives its vLLM and Megatron workers,
+found as NeMo-RL finds them (``nemo_mmpo.eval.worker_environments``). With
+``NEMO_RL_PY_EXECUTABLES_SYSTEM=1`` (these suites' setting) both are this interpreter. Without
+it, as in NeMo-RL's container, each is ``NEMO_RL_VENV_DIR/<actor class path>``: here a real
+environment placed there (its site-packages this environment's, by a ``.pth`` file) is found by
+NeMo-RL's own ``_env_builder`` as it is, with a ``uv`` on ``PATH`` that records being called and
+fails (nothing is synced); a missing one is built by NeMo-RL's ``create_local_venv`` (the same
+``uv``: its failure is one line). NeMo-RL's registry reads the switch when it is imported, so
+those cases run in a fresh process. The converter of a Megatron checkpoint runs with the
+Megatron worker's interpreter, nemo-mmpo reached there on ``PYTHONPATH``.
+
+On a live run: the watcher evaluates each checkpoint once, as it appears, and loses and repeats
+no sample.
 
 A tiny CPU run trains in one process (NeMo-RL's ``grpo_train``, a checkpoint every 5 steps, no
 in-loop evaluation); ``nemo-mmpo eval watch --follow --backend hf`` starts beside it before the
@@ -13,10 +27,13 @@ the step the paper's rule selects.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+import venv
 from pathlib import Path
 
 import in_loop_evaluation
@@ -28,8 +45,17 @@ pytestmark = pytest.mark.nemo_rl
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 from nemo_mmpo.cpu.spread.curves import reward_curve
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval import worker_environments
+from nemo_mmpo.eval.convert import CONVERTER
 from nemo_mmpo.eval.protocol import read_steps
 from nemo_mmpo.eval.rollouts import load_run
+from nemo_mmpo.eval.worker_environments import (
+    MEGATRON_WORKER,
+    VLLM_WORKER,
+    uv_environment_python,
+    worker_python,
+)
 
 ROOT = CONFIGS_DIR.parents[1]
 PROBLEMS, SAMPLES, STEPS = 240, 2, 15
@@ -131,3 +157,141 @@ def test_the_watcher_survives_kill_9_and_evaluates_every_checkpoint_once(
     assert marker["step"] == best["step"] and (evaluation / "best" / "config.json").is_file()
     summary = json.loads((evaluation / "run_summary.json").read_text())
     assert summary["selected"]["step"] == best["step"] and summary["final"]["step"] == STEPS
+
+
+def test_both_snapshots_register_the_worker_classes_the_watcher_names():
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+
+    assert {VLLM_WORKER, MEGATRON_WORKER} <= set(ACTOR_ENVIRONMENT_REGISTRY)
+    with pytest.raises(MMPOInputError, match=r"no environment for nemo_rl\.NotAWorker"):
+        worker_python("nemo_rl.NotAWorker")
+
+
+def test_one_environment_for_every_process_with_nemo_rls_switch():
+    assert os.environ["NEMO_RL_PY_EXECUTABLES_SYSTEM"] == "1"
+    assert worker_python(VLLM_WORKER) == worker_python(MEGATRON_WORKER) == sys.executable
+
+
+def worker_venv(venvs: Path, actor_class_path: str) -> Path:
+    """A real environment at ``venvs/<actor class path>`` whose packages are this one's."""
+    folder = venvs / actor_class_path
+    venv.create(folder, with_pip=False, symlinks=True)
+    packages = folder / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (packages / "site-packages" / "this_environment.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
+    )
+    return folder / "bin" / "python"
+
+
+@pytest.fixture
+def uv_that_fails(tmp_path) -> tuple[Path, dict[str, str]]:
+    """``(its record, an environment without NeMo-RL's switch, NEMO_RL_VENV_DIR`` a folder of
+    this test, and a ``uv`` first on ``PATH`` that records its arguments and fails)."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    record = tmp_path / "uv-calls"
+    (tools / "uv").write_text(f'#!/bin/sh\necho "$@" >> {record}\nexit 1\n')
+    (tools / "uv").chmod(0o755)
+    environment = {key: value for key, value in os.environ.items() if key != "NEMO_RL_VENV_DIR"}
+    environment.pop("NEMO_RL_PY_EXECUTABLES_SYSTEM")
+    environment.update(
+        NEMO_RL_VENV_DIR=str(tmp_path / "venvs"), PATH=f"{tools}{os.pathsep}{environment['PATH']}"
+    )
+    return record, environment
+
+
+def in_fresh_process(program: str, environment: dict[str, str]) -> dict:
+    """``program``'s last line of output, read as JSON (NeMo-RL's registry imported anew)."""
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+FIND_BOTH = """
+import json, sys
+from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.worker_environments import MEGATRON_WORKER, VLLM_WORKER, worker_python
+found = {}
+for name in (VLLM_WORKER, MEGATRON_WORKER):
+    try:
+        found[name] = worker_python(name)
+    except MMPOInputError as error:
+        found[name] = "error: " + str(error)
+print(json.dumps(found))
+"""
+
+
+def test_a_prebuilt_worker_environment_is_used_as_it_is(tmp_path, uv_that_fails):
+    record, environment = uv_that_fails
+    vllm = worker_venv(tmp_path / "venvs", VLLM_WORKER)
+    megatron = worker_venv(tmp_path / "venvs", MEGATRON_WORKER)
+    found = in_fresh_process(FIND_BOTH, environment)
+    assert found == {VLLM_WORKER: str(vllm), MEGATRON_WORKER: str(megatron)}
+    assert not record.exists()  # nothing synced, nothing built
+
+
+def test_a_missing_worker_environment_is_built_by_nemo_rl_and_its_failure_is_one_line(
+    tmp_path, uv_that_fails
+):
+    record, environment = uv_that_fails
+    worker_venv(tmp_path / "venvs", MEGATRON_WORKER)
+    found = in_fresh_process(FIND_BOTH, environment)
+    assert found[MEGATRON_WORKER] == str(tmp_path / "venvs" / MEGATRON_WORKER / "bin" / "python")
+    message = found[VLLM_WORKER]
+    assert message.startswith(f"error: NeMo-RL's environment for {VLLM_WORKER} is not in ")
+    assert "prefetch_venvs.py" in message and "\n" not in message
+    assert record.read_text().startswith("venv --allow-existing")  # create_local_venv's uv
+    assert not (tmp_path / "venvs" / VLLM_WORKER / "STARTED_ENV_BUILDER").exists()
+
+
+def test_without_rays_task_function_the_same_decision(tmp_path, monkeypatch):
+    """A Ray whose remote functions do not keep ``_function``: the existing environment."""
+    from nemo_rl.utils import venvs
+
+    python = worker_venv(tmp_path, VLLM_WORKER)
+    monkeypatch.setattr(venvs, "_env_builder", object())
+    monkeypatch.setenv("NEMO_RL_VENV_DIR", str(tmp_path))
+    assert uv_environment_python("uv run --extra vllm", VLLM_WORKER) == str(python)
+
+
+def test_the_converter_runs_with_the_megatron_workers_interpreter(tmp_path, uv_that_fails):
+    """NeMo-RL's converter (a stand-in that writes what ran it) in the Megatron worker's
+    environment, nemo-mmpo on its PYTHONPATH (the setup functions import it there)."""
+    _, environment = uv_that_fails
+    python = worker_venv(tmp_path / "venvs", MEGATRON_WORKER)
+    nemo_rl = tmp_path / "nemo-rl"
+    (nemo_rl / CONVERTER).parent.mkdir(parents=True)
+    (nemo_rl / CONVERTER).write_text(
+        "import json, os, sys\n"
+        "out = sys.argv[sys.argv.index('--hf-ckpt-path') + 1]\n"
+        "os.makedirs(out)\n"
+        "json.dump({'python': sys.executable}, open(os.path.join(out, 'config.json'), 'w'))\n"
+    )
+    step = tmp_path / "step_5"
+    (step / "policy" / "weights" / "iter_0000005").mkdir(parents=True)
+    (step / "config.yaml").write_text("policy: {}\n")
+    # nemo-mmpo on the watcher's sys.path, not on PYTHONPATH: the converter's process gets it
+    # from the watcher alone
+    inherited = environment.get("PYTHONPATH", "").split(os.pathsep)
+    environment["PYTHONPATH"] = os.pathsep.join(entry for entry in inherited if entry != str(ROOT))
+    program = (
+        f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom pathlib import Path\n"
+        "from nemo_mmpo.eval.convert import megatron_to_hugging_face\n"
+        f"out = megatron_to_hugging_face(Path({str(step)!r}), Path({str(tmp_path / 'hf')!r}), "
+        f"Path({str(nemo_rl)!r}))\n"
+        "print(json.dumps(json.loads((out / 'config.json').read_text())))\n"
+    )
+    assert in_fresh_process(program, environment) == {"python": str(python)}
+
+
+def test_worker_environment_reaches_nemo_mmpo_and_names_the_environment(tmp_path, monkeypatch):
+    python = str(worker_venv(tmp_path, VLLM_WORKER))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setenv("VIRTUAL_ENV", "/the-drivers")
+    environment = worker_environments.worker_environment(python)
+    assert environment["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
+    assert environment["VIRTUAL_ENV"] == str(tmp_path / VLLM_WORKER)
+    assert environment["UV_PROJECT_ENVIRONMENT"] == str(tmp_path / VLLM_WORKER)
+    assert worker_environments.worker_environment(sys.executable)["VIRTUAL_ENV"] == "/the-drivers"
