@@ -12,7 +12,9 @@ fails (nothing is synced); a missing one is built by NeMo-RL's ``create_local_ve
 those cases run in a fresh process. The converter of a Megatron checkpoint runs with the
 Megatron worker's interpreter, nemo-mmpo reached there on ``PYTHONPATH``.
 
-On a live run: the watcher evaluates each checkpoint once, as it appears, and loses and repeats
+With vLLM's CPU build in such an environment, the watcher samples a checkpoint there and its
+own process imports neither vLLM nor Megatron. On a live run: the watcher evaluates each
+checkpoint once, as it appears, and loses and repeats
 no sample.
 
 A tiny CPU run trains in one process (NeMo-RL's ``grpo_train``, a checkpoint every 5 steps, no
@@ -295,3 +297,66 @@ def test_worker_environment_reaches_nemo_mmpo_and_names_the_environment(tmp_path
     assert environment["VIRTUAL_ENV"] == str(tmp_path / VLLM_WORKER)
     assert environment["UV_PROJECT_ENVIRONMENT"] == str(tmp_path / VLLM_WORKER)
     assert worker_environments.worker_environment(sys.executable)["VIRTUAL_ENV"] == "/the-drivers"
+
+
+WATCH_AND_CHECK_IMPORTS = """
+import sys
+from nemo_mmpo.eval.__main__ import main
+main(sys.argv[1:])
+engines = sorted({name.split('.')[0] for name in sys.modules} & {'vllm', 'megatron'})
+assert not engines, f'the watcher imported {engines}'
+print('watch: imported neither vllm nor megatron')
+"""
+
+
+@pytest.mark.alternating  # a vLLM engine start (about a minute on 2 cores): one snapshot a commit
+def test_vllm_samples_in_the_vllm_workers_environment_never_in_the_watchers(
+    tmp_path, uv_that_fails
+):
+    """``eval watch --backend vllm`` where NeMo-RL's vLLM worker has an environment of its own:
+    vLLM's CPU build samples a checkpoint there, and the watcher's process imports neither vLLM
+    nor Megatron."""
+    from nemo_mmpo.cpu.rig.model import ModelShape, char_tokenizer, tiny_llama
+
+    import_nemo_rl("vllm")
+    _, environment = uv_that_fails
+    python = worker_venv(tmp_path / "venvs", VLLM_WORKER)
+    weights = tmp_path / "checkpoints" / "step_2" / "policy" / "weights"
+    tokenizer = char_tokenizer()
+    tiny_llama(tokenizer, ModelShape(), seed=0).save_pretrained(weights)
+    tokenizer.save_pretrained(weights)
+    (weights.parent.parent / "training_info.json").write_text(json.dumps({"step": 2}))
+    held_out = tmp_path / "checkpoints" / "held_out.jsonl"
+    held_out.write_text(
+        "".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(4))
+    )
+    arguments = [
+        "watch",
+        "--config",
+        str(CONFIGS_DIR / "mmpo_tiny_cpu_vllm.yaml"),  # vLLM's CPU settings: its KV cache
+        "--backend",
+        "vllm",
+        "--every",
+        "2",
+        "grpo.max_num_steps=2",
+        "evaluation.samples=2",
+        "evaluation.template='{}'",
+        "evaluation.max_new_tokens=4",
+        f"++evaluation.benchmarks={{held_out: {held_out}}}",
+        f"evaluation.output_dir={tmp_path / 'evaluation'}",
+        f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
+        f"logger.log_dir={tmp_path / 'logs'}",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", WATCH_AND_CHECK_IMPORTS, *arguments],
+        env=environment,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"watch: vLLM samples in {python} " in done.stdout
+    assert "imported neither vllm nor megatron" in done.stdout
+    rollouts = read_steps(tmp_path / "evaluation")[2]
+    assert rollouts["step"] == 2
