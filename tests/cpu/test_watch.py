@@ -326,7 +326,7 @@ def test_vllm_samples_in_the_vllm_workers_environment_never_in_the_watchers(
     tiny_llama(tokenizer, ModelShape(), seed=0).save_pretrained(weights)
     tokenizer.save_pretrained(weights)
     (weights.parent.parent / "training_info.json").write_text(json.dumps({"step": 2}))
-    held_out = tmp_path / "checkpoints" / "held_out.jsonl"
+    held_out = tmp_path / "checkpoints" / "held_out.jsonl"  # the recipe's benchmark, as the rig's
     held_out.write_text(
         "".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(4))
     )
@@ -342,7 +342,6 @@ def test_vllm_samples_in_the_vllm_workers_environment_never_in_the_watchers(
         "evaluation.samples=2",
         "evaluation.template='{}'",
         "evaluation.max_new_tokens=4",
-        f"++evaluation.benchmarks={{held_out: {held_out}}}",
         f"evaluation.output_dir={tmp_path / 'evaluation'}",
         f"checkpointing.checkpoint_dir={tmp_path / 'checkpoints'}",
         f"logger.log_dir={tmp_path / 'logs'}",
