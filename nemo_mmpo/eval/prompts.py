@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nemo_mmpo.char_tokenizer import PLAIN_CHAT_TEMPLATE, char_tokenizer
 from nemo_mmpo.errors import MMPOInputError
 
 #: the data processors whose prompt the watcher builds: NeMo-RL's ``PROCESSOR_REGISTRY`` names
@@ -71,9 +72,6 @@ class PromptFormat:
     def load_tokenizer(self) -> Any:
         """The tokenizer training formats with (NeMo-RL's ``get_tokenizer``, or the rig's)."""
         if self.tokenizer is None:
-            from nemo_mmpo.cpu.rig.model import char_tokenizer
-            from nemo_mmpo.cpu.rig.policy_start import PLAIN_CHAT_TEMPLATE
-
             tokenizer = char_tokenizer()
             if self.rig_chat:
                 tokenizer.chat_template = PLAIN_CHAT_TEMPLATE

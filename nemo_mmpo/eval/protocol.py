@@ -103,19 +103,25 @@ def unread_evaluation_settings(section: Any, answer_length: int | None = None) -
     )
 
 
+def _at(config: Mapping[str, Any], path: str) -> Any:
+    """The value at dotted ``path`` in the recipe ``config`` (plain mappings), else None."""
+    node: Any = config
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
 def answer_room_problem(config: Mapping[str, Any], settings: EvaluationSettings) -> str | None:
     """Why the watcher's answers would be cut before ``evaluation.max_new_tokens`` (one line):
     a prompt's room (``data.max_input_seq_length``) and an answer's do not fit the model length
     its vLLM engine is built with (read as :func:`nemo_mmpo.eval.watch.vllm_engine` reads it).
     The dry run and ``nemo-mmpo eval watch`` refuse it."""
-    from nemo_mmpo.nemo_rl.sections import value  # here: that package imports this module
-
     length_key = "policy.generation.vllm_cfg.max_model_len"
-    model_length = value(config, length_key)
+    model_length = _at(config, length_key)
     if not model_length:
         length_key = "policy.max_total_sequence_length"
-        model_length = value(config, length_key)
-    prompt_room = value(config, "data.max_input_seq_length") or 0
+        model_length = _at(config, length_key)
+    prompt_room = _at(config, "data.max_input_seq_length") or 0
     if not model_length or settings.max_new_tokens + prompt_room <= model_length:
         return None
     answer_room = model_length - prompt_room

@@ -11,10 +11,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from nemo_mmpo.char_tokenizer import EOS, PAD, UNK, char_tokenizer  # noqa: F401  (re-exported)
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.settings import Settings
-
-PAD, EOS, UNK = 0, 1, 2
 
 
 class ModelShape(Settings):
@@ -32,24 +31,6 @@ class ModelShape(Settings):
                 f"num_heads={self.num_heads} must divide hidden_size={self.hidden_size}"
             )
         return self
-
-
-def char_tokenizer() -> Any:
-    """A ``transformers`` fast tokenizer with one token per character: printable ASCII its own,
-    any other (a newline, a tab, ``é``) the unknown token ``<unk>``, one per character (two
-    newlines in a prompt file are two tokens)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD, "<eos>": EOS, "<unk>": UNK}
-    vocab.update({chr(code): code - 32 + 3 for code in range(32, 127)})
-    model = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    # every character, a newline too (Oniguruma's "." is all but "\n", whose runs were one piece)
-    model.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    model.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=model, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
 
 
 def tiny_llama(tokenizer: Any, shape: ModelShape, seed: int) -> Any:

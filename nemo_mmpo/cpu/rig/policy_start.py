@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from nemo_mmpo.char_tokenizer import PLAIN_CHAT_TEMPLATE
 from nemo_mmpo.cpu.rig.rig_settings import TinySettings
 from nemo_mmpo.cpu.rig.warm_start import load_or_make
 from nemo_mmpo.errors import MMPOInputError
@@ -48,10 +49,6 @@ def task_start(settings: TinySettings, checkpoint_dir: Path) -> tuple[Any, list[
     return tokenizer, records, held_out_file
 
 
-#: the chat template the rig's character tokenizer gets for a recipe's own problems: the
-#: messages' text as it is (NeMo-RL's data processors apply a chat template to every prompt;
-#: the prompt file, applied before it, is the user's)
-PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 #: the environment the rig grades with (NeMo-RL's Math-Verify ``MathEnvironment``)
 RIG_ENVIRONMENT = "math"
 
