@@ -102,6 +102,11 @@ in_background preparing "$logs/preparing" bash -c '
             echo "$((SECONDS - started)) $code" >"$LOGS/warm_start.done"
         ) &
     fi
+    # NeMo-RL'"'"'s container layout for the container-layout part (scripts/container_layout.sh)
+    if [[ -n "$python" ]] && nemo_rl_snapshot_refs | grep -qx v0.7.0; then
+        source scripts/container_layout.sh
+        nemo_rl_container_layout v0.7.0 >/dev/null
+    fi
     for ref in $(nemo_rl_snapshot_refs); do
         checkout_of_ref="$(nemo_rl_unpack "$ref")"
         [[ -z "$python" ]] || nemo_rl_engine_path "$ref" >/dev/null
@@ -168,9 +173,12 @@ fi
 # scripts/slurm_test_lib.sh). Side by side only once the environments are built (both
 # suites would otherwise build them at once); its lines are printed after the NeMo-RL suite's.
 status=0
-slurm_group=""
+slurm_group="" layout_group=""
 if [[ $prepared == 1 ]]; then
     in_background slurm_group "$logs/slurm" bash scripts/test_slurm.sh
+    # NeMo-RL's container layout (a driver without vLLM or Megatron, the workers' own
+    # environments): the README's recipe with NeMo-RL's engines, at nice 5 beside the sessions
+    in_background layout_group "$logs/container_layout" nice -n 5 bash scripts/test_container_layout.sh
 fi
 NEMO_MMPO_WARM_STARTS_TRAINED=$prepared bash scripts/test_nemo_rl.sh || status=1
 echo "test.sh: the NeMo-RL suite done at $SECONDS s"
@@ -180,6 +188,13 @@ else
     wait "$slurm_group" || status=1
     echo "test.sh: the Slurm suite (its own seconds in its last line) waited for at $SECONDS s"
     cat "$logs/slurm.log"
+fi
+if [[ -n "$layout_group" ]]; then
+    wait "$layout_group" || status=1
+    echo "test.sh: the container-layout part waited for at $SECONDS s"
+    cat "$logs/container_layout.log"
+else
+    bash scripts/test_container_layout.sh || status=1
 fi
 if [[ -f "$logs/warm_start.log" ]]; then  # the sessions' warm start: done by now (their runs
     # waited for it), else still in the preparing group

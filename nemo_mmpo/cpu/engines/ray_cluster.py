@@ -5,7 +5,8 @@
   head there) when it answers, else a new local cluster; ``RAY_ADDRESS`` names it for NeMo-RL
   code that looks Ray up by ``address="auto"``;
 - :func:`collector_on_this_interpreter`: NeMo-RL's async trajectory collector and replay
-  buffer on the driver's interpreter (NeMo-RL starts them in its vLLM environment).
+  buffer on the driver's interpreter (NeMo-RL starts them in its vLLM environment);
+- :func:`worker_interpreters`: the interpreter each of NeMo-RL's workers runs in.
 """
 
 from __future__ import annotations
@@ -164,3 +165,27 @@ def collector_on_this_interpreter(executable: str) -> Iterator[None]:
                 ACTOR_ENVIRONMENT_REGISTRY.pop(name, None)
             else:
                 ACTOR_ENVIRONMENT_REGISTRY[name] = value
+
+
+def _interpreter(actor: object) -> str:
+    """``sys.executable`` of the process this runs in (an actor's, through ``__ray_call__``)."""
+    return sys.executable
+
+
+def worker_interpreters(*engines: object) -> dict[str, list[str]]:
+    """``{actor class: [sys.executable of each of its workers]}`` for the engines among
+    ``engines`` that run NeMo-RL worker groups (its ``Policy`` and ``VllmGeneration``): the
+    environment NeMo-RL gave each worker (its registry's, under ``NEMO_RL_VENV_DIR`` in its
+    container; the driver's with ``NEMO_RL_PY_EXECUTABLES_SYSTEM=1``)."""
+    import ray
+
+    interpreters: dict[str, list[str]] = {}
+    for engine in engines:
+        workers = getattr(getattr(engine, "worker_group", None), "workers", None) or []
+        for worker in workers:
+            name = worker._ray_actor_creation_function_descriptor.class_name
+            # by keyword: the handles of NeMo-RL's workers record __ray_call__'s signature as
+            # (**kwargs) alone, and Ray refuses a positional argument before sending it
+            executable = ray.get(worker.__ray_call__.remote(fn=_interpreter))
+            interpreters.setdefault(name, []).append(executable)
+    return interpreters

@@ -20,6 +20,7 @@ nemo_rl.log``. A second run resumes from the newest checkpoint in
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import traceback
@@ -30,7 +31,11 @@ from typing import Any
 
 import torch
 
-from nemo_mmpo.cpu.engines.ray_cluster import collector_on_this_interpreter, ray_session
+from nemo_mmpo.cpu.engines.ray_cluster import (
+    collector_on_this_interpreter,
+    ray_session,
+    worker_interpreters,
+)
 from nemo_mmpo.cpu.rig import data_plane
 from nemo_mmpo.cpu.rig.console import ProgressLogger, output_to_file
 from nemo_mmpo.cpu.rig.node_watch import watch_nodes
@@ -296,6 +301,9 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
             data_plane.train_sync(arguments, dataloader)
         else:
             grpo.grpo_train(wrapped_dataloader=dataloader, **arguments)
+        interpreters = worker_interpreters(policy, generation)
+        if interpreters:  # NeMo-RL's workers: each in the environment its registry names
+            note(f"workers' interpreters: {json.dumps(interpreters)}")
     return run_summary(checkpointer, held_out_file, master["logger"]["log_dir"], note)
 
 
