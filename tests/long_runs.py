@@ -39,9 +39,13 @@ TURNS: tuple[tuple[str, ...], ...] = (
         "test_single_controller_trains_mmpo_resumes_after_kill_9_and_is_evaluated_by_the_watcher",
     ),
     # main: grpo_train_sync killed and resumed through `uv run` (770); v0.7.0: the study (151)
+    # and the README's CPU recipe from a user's wheel, killed, resumed and evaluated (~290, its
+    # own warm start ~250: the container-layout part trains the README's recipe every CI)
     (
         "tests/cpu/test_tiny_run_sync.py::test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9",
         "tests/cpu/test_study.py::test_a_two_method_study_reports_the_evaluation_reports_numbers",
+        "tests/cpu/test_readme_recipe.py::"
+        "test_the_readme_recipe_trains_resumes_and_is_evaluated_from_a_users_folder",
     ),
     # main: grpo_train's resumed Megatron run takes the uninterrupted run's step 3 bit for bit
     # (514); v0.7.0: the user's wheel run in a folder of their own, killed and resumed (289),

@@ -16,7 +16,8 @@ the interpreters NeMo-RL's registry names (their ``sys.executable``), on policy 
 (NeMo-RL's ``token_mult_prob_error``, the Megatron worker's over vLLM's probabilities of the
 sampled tokens, 1 within float tolerance: the weights map right); killed with SIGKILL after
 step 3, the same command resumes from step 2; the README's watcher command evaluates the final
-checkpoint with nothing of vLLM or Megatron in the watcher's process.
+checkpoint with nothing of vLLM or Megatron in the watcher's process (its CPU backend, then
+``--backend vllm``: vLLM samples in a process of the vLLM worker's environment).
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ def test_the_readme_recipe_trains_with_nemo_rls_engines_in_its_container_layout(
         (user / name).write_text(readme_file(name))
     (user / "my_problems.jsonl").write_text(problems(TRAIN))
     (user / "my_held_out.jsonl").write_text(problems(HELD_OUT))
-    (user / "my_prompt.txt").write_text("{}\n")  # as an editor writes it
+    # without a newline: the warm start CI trains for the NeMo-RL sessions serves (a prompt
+    # file ending in one gets its own: tests/cpu/test_readme_recipe.py, in a long-run turn)
+    (user / "my_prompt.txt").write_text("{}")
     written = sorted(path.name for path in user.iterdir())
     nemo_rl = Path(os.environ["NEMO_RL_PATH"])
     variables = {key: value for key, value in os.environ.items() if key not in OUTSIDE_PATHS}
@@ -180,6 +183,20 @@ def test_the_readme_recipe_trains_with_nemo_rls_engines_in_its_container_layout(
     assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
     evaluation = user / "logs" / "my_run" / "evaluation"
     final = json.loads((evaluation / f"step_{STEPS}.json").read_text())
+    assert final["benchmarks"]["my_held_out"]["problems"] == len(HELD_OUT), final
+    # --backend vllm: the same checkpoint sampled by vLLM in a process of its worker's environment
+    elsewhere = "evaluation.output_dir=logs/my_run/evaluation_vllm"
+    with_vllm = subprocess.run(
+        [str(environment / "bin" / "nemo-mmpo"), *watch[4:8], "--backend", "vllm", *cpu, elsewhere],
+        cwd=user,
+        env=variables,
+        capture_output=True,
+        text=True,
+        timeout=patience.RUN_S,
+    )
+    assert with_vllm.returncode == 0, with_vllm.stdout[-3000:] + with_vllm.stderr[-3000:]
+    assert f"watch: vLLM samples in {vllm_python}" in with_vllm.stdout, with_vllm.stdout[-3000:]
+    final = json.loads((user / "logs/my_run/evaluation_vllm" / f"step_{STEPS}.json").read_text())
     assert final["benchmarks"]["my_held_out"]["problems"] == len(HELD_OUT), final
     assert sorted(path.name for path in user.iterdir()) == sorted([*written, "logs", "results"])
     assert changed(checkout, tree_state(ROOT)) == []

@@ -35,7 +35,7 @@ from installed_wheel import (
 from killed_runs import check_resumed, run_then_kill
 from nemo_rl_support import import_nemo_rl, nemo_rl_checkout
 
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot]
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot, pytest.mark.long_run]
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
 README = ROOT / "README.md"
