@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import patience
 import pytest
 from installed_wheel import OUTSIDE_PATHS, ROOT, build_wheel, changed, site_packages, tree_state
 from killed_runs import check_on_policy, check_resumed, run_then_kill
+from readme_recipe_files import HELD_OUT, TRAIN, problems, readme_command, readme_file
 
 LAYOUT = os.environ.get("NEMO_MMPO_CONTAINER_LAYOUT")
 pytestmark = pytest.mark.skipif(
@@ -42,33 +42,9 @@ pytestmark = pytest.mark.skipif(
     "and runs this module",
 )
 
-README = ROOT / "README.md"
 STEPS = 4
 VLLM_WORKER = "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker"
 MEGATRON_WORKER = "nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker"
-TRAIN = [(2, 3), (12, 30), (45, 17), (8, 9), (31, 22), (60, 7), (14, 14), (5, 88)]
-HELD_OUT = [(23, 41), (70, 19), (3, 4), (55, 36)]
-
-
-def readme_file(name: str) -> str:
-    """The README's YAML block whose first line names ``~/exp/<name>``."""
-    blocks = re.findall(r"^```yaml\n(.*?)^```", README.read_text(), flags=re.DOTALL | re.M)
-    (block,) = [block for block in blocks if f"~/exp/{name}" in block.splitlines()[0]]
-    return block
-
-
-def readme_command(start: str) -> list[str]:
-    """The README's command line that starts with ``start`` (its comment dropped)."""
-    lines = [line for line in README.read_text().splitlines() if line.startswith(start)]
-    assert lines, start
-    return lines[0].split("#")[0].split()
-
-
-def problems(pairs: list[tuple[int, int]]) -> str:
-    return "".join(
-        json.dumps({"problem": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
-        for a, b in pairs
-    )
 
 
 def imports(python: Path, module: str) -> bool:

@@ -18,7 +18,6 @@ environment are unchanged."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 
 import patience
@@ -34,36 +33,12 @@ from installed_wheel import (
 )
 from killed_runs import check_resumed, run_then_kill
 from nemo_rl_support import import_nemo_rl, nemo_rl_checkout
+from readme_recipe_files import HELD_OUT, TRAIN, problems, readme_command, readme_file
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.one_snapshot, pytest.mark.long_run]
 import_nemo_rl("nemo_rl.algorithms.grpo")
 
-README = ROOT / "README.md"
 STEPS = 30  # sync steps are ~0.3 s: the kill after step 3 lands well before the end
-#: the user's problems: sums, the tiny model's task (its warm start), in the README's shape
-TRAIN = [(2, 3), (12, 30), (45, 17), (8, 9), (31, 22), (60, 7), (14, 14), (5, 88)]
-HELD_OUT = [(23, 41), (70, 19), (3, 4), (55, 36)]
-
-
-def readme_file(name: str) -> str:
-    """The README's YAML block whose first line names ``~/exp/<name>``."""
-    blocks = re.findall(r"^```yaml\n(.*?)^```", README.read_text(), flags=re.DOTALL | re.M)
-    (block,) = [block for block in blocks if f"~/exp/{name}" in block.splitlines()[0]]
-    return block
-
-
-def readme_command(start: str) -> list[str]:
-    """The README's command line that starts with ``start`` (its comment dropped)."""
-    lines = [line for line in README.read_text().splitlines() if line.startswith(start)]
-    assert lines, start
-    return lines[0].split("#")[0].split()
-
-
-def problems(pairs: list[tuple[int, int]]) -> str:
-    return "".join(
-        json.dumps({"problem": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
-        for a, b in pairs
-    )
 
 
 def test_the_readme_recipe_trains_resumes_and_is_evaluated_from_a_users_folder(

@@ -15,7 +15,7 @@ import dataclasses
 
 import pytest
 from nemo_rl_support import import_nemo_rl, nemo_rl_checkout
-from test_readme_recipe import TRAIN, problems, readme_file
+from readme_recipe_files import TRAIN, problems, readme_file
 
 from nemo_mmpo.cpu.rig import warm_start as warm_start_module
 from nemo_mmpo.cpu.rig.policy_start import recipe_task_start, warm_start_prompts
