@@ -105,7 +105,7 @@ def test_validate_sync_runs_the_paper_evaluation_in_the_sync_trainer(monkeypatch
     assert hasattr(grpo_sync.validate_sync, MARK) and hasattr(grpo_sync.grpo_train_sync, MARK)
     calls = []
 
-    def recorded(generation, step, settings):
+    def recorded(generation, step, settings, master_config=None, tokenizer=None):
         calls.append((generation, step, settings.in_loop))
         return {"accuracy": 0.25, "paper/average": 0.25}, {"total_validation_time": 1.0}
 
