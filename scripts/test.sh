@@ -102,11 +102,6 @@ in_background preparing "$logs/preparing" bash -c '
             echo "$((SECONDS - started)) $code" >"$LOGS/warm_start.done"
         ) &
     fi
-    # NeMo-RL'"'"'s container layout for the container-layout part (scripts/container_layout.sh)
-    if [[ -n "$python" ]] && nemo_rl_snapshot_refs | grep -qx v0.7.0; then
-        source scripts/container_layout.sh
-        nemo_rl_container_layout v0.7.0 >/dev/null
-    fi
     for ref in $(nemo_rl_snapshot_refs); do
         checkout_of_ref="$(nemo_rl_unpack "$ref")"
         [[ -z "$python" ]] || nemo_rl_engine_path "$ref" >/dev/null
@@ -177,7 +172,9 @@ slurm_group="" layout_group=""
 if [[ $prepared == 1 ]]; then
     in_background slurm_group "$logs/slurm" bash scripts/test_slurm.sh
     # NeMo-RL's container layout (a driver without vLLM or Megatron, the workers' own
-    # environments): the README's recipe with NeMo-RL's engines, at nice 5 beside the sessions
+    # environments): the README's recipe with NeMo-RL's engines, at nice 5 beside the sessions;
+    # it builds the layout first (from uv's cache, ~1 min: off the sessions' way, which the
+    # environments above are)
     in_background layout_group "$logs/container_layout" nice -n 5 bash scripts/test_container_layout.sh
 fi
 NEMO_MMPO_WARM_STARTS_TRAINED=$prepared bash scripts/test_nemo_rl.sh || status=1
