@@ -37,12 +37,26 @@ layout="$(nemo_rl_container_layout "$REF")"
 checkout="$(nemo_rl_unpack "$REF")"
 warm_starts="${NEMO_MMPO_TEST_WARM_STARTS:-$ROOT/.nemo-rl/test_warm_starts}"
 mkdir -p "$warm_starts"
+run_tests() {  # the tests/container session; its output also into $1
+    # shellcheck disable=SC2086  # NEMO_MMPO_TEST_MACHINE holds NAME=VALUE words
+    env -u NEMO_RL_PY_EXECUTABLES_SYSTEM $NEMO_MMPO_TEST_MACHINE \
+        NEMO_MMPO_CONTAINER_LAYOUT="$layout" NEMO_RL_PATH="$checkout" \
+        NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" PYTHONPATH="$ROOT" \
+        "$NEMO_RL_VENV/bin/python" -m pytest -p no:cacheprovider -q -rs tests/container 2>&1 | tee "$1"
+    return "${PIPESTATUS[0]}"
+}
 started=$SECONDS code=0
-# shellcheck disable=SC2086  # NEMO_MMPO_TEST_MACHINE holds NAME=VALUE words
-env -u NEMO_RL_PY_EXECUTABLES_SYSTEM $NEMO_MMPO_TEST_MACHINE \
-    NEMO_MMPO_CONTAINER_LAYOUT="$layout" NEMO_RL_PATH="$checkout" \
-    NEMO_MMPO_TEST_WARM_STARTS="$warm_starts" PYTHONPATH="$ROOT" \
-    "$NEMO_RL_VENV/bin/python" -m pytest -p no:cacheprovider -q -rs tests/container || code=$?
+output="$(mktemp)"
+run_tests "$output" || code=$?
+# Ray's local cluster missing its fixed start-up time on every try (the rig tries three times:
+# nemo_mmpo/cpu/engines/ray_cluster.py) is the loaded machine's, not the run's: once more, said
+# (seen once, in a fresh-clone CI beside both sessions and the long runs)
+if [[ $code != 0 ]] && grep -q "timed out during startup" "$output"; then
+    echo "container layout: Ray's local cluster did not start in time; RETRIED once"
+    code=0
+    run_tests "$output" || code=$?
+fi
+rm -f "$output"
 part_line "container layout (NeMo-RL's environments, $REF)" "$((SECONDS - started))" \
     "$([[ $code == 0 ]] && echo ok || echo "FAILED (pytest exit $code)")" "$(part_cpu_seconds container_layout)"
 exit "$code"
