@@ -40,7 +40,7 @@ def _k_group_size(estimator: str):
     return need
 
 
-@register_estimator("grpo", objective="reinforce")
+@register_estimator("grpo", objective="reinforce", family="mmpo", nemo_rl_formula=True)
 def grpo(
     groups: RewardGroups,
     objective: MomentObjective,

@@ -52,7 +52,7 @@ def posterior_weight(
     return weight
 
 
-@register_estimator("empirical_bayes")
+@register_estimator("empirical_bayes", family="mmpo")
 def empirical_bayes(groups: RewardGroups, objective: MomentObjective) -> torch.Tensor:
     """Plug-in advantage with the weight replaced by its empirical-Bayes posterior mean."""
     alpha, beta = fit_beta_prior(groups)

@@ -20,6 +20,14 @@ from nemo_mmpo.combinatorics import failure_subset_probabilities
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.grouping import RewardGroups
 from nemo_mmpo.objectives import MomentObjective, moment_objective
+from nemo_mmpo.plugins import load_from_environment
+from nemo_mmpo.registry import (
+    NEMO_RL_ESTIMATORS,
+    caller_module,
+    check_name,
+    refuse_if_frozen,
+    registered_by,
+)
 
 
 class Estimator(Protocol):
@@ -47,51 +55,26 @@ GroupSizeRule = Callable[[MomentObjective, dict[str, Any]], GroupSizeNeed]
 
 @dataclass(frozen=True)
 class RegisteredEstimator:
-    """One registry entry: the checked function, its objective kind and group-size rule."""
+    """One registry entry.
 
-    function: Estimator
-    objective: str
-    group_size: GroupSizeRule | None
-    defaults: dict[str, Any]  # the options' defaults, read once (the check runs every call)
-
-
-_REGISTRY: dict[str, RegisteredEstimator] = {}
-
-
-def register_estimator(
-    name: str, objective: str = "mmpo", *, group_size: GroupSizeRule | None = None
-) -> Callable[[Estimator], Estimator]:
-    """Decorator: make ``fn(groups, objective, **options) -> [N]`` available as ``name``.
-
-    ``objective`` is the kind of :func:`~nemo_mmpo.objectives.moment_objective` the estimator
-    targets (``"mmpo"`` for the moment estimators, ``"pass_at_k"``, ``"maxrl"``,
-    ``"reinforce"``); integrations such as the NeMo-RL adapter build it from their config.
-    The function's keyword parameters after ``objective`` are its options. ``group_size``
-    declares the smallest group it needs (:class:`GroupSizeNeed`), once: the returned function
-    checks every call against it, and ``--dry-run`` checks the recipe's group size with it.
+    ``function``: the checked function of reward groups (None for a class entry);
+    ``estimator_class``: a class with NeMo-RL's ``compute_advantage`` protocol, built by the
+    NeMo-RL adapter from ``(estimator_config, loss_config)`` (None for a function entry);
+    ``objective``: the moment-objective kind it targets; ``family``: the ``grpo.adv_estimator``
+    name that selects it with ``estimator: <its name>`` (None: selected by its own name);
+    ``group_size``: its declared group-size need; ``options``: its keyword options;
+    ``registered_by``: the module that registered it (named in refusals).
     """
 
-    def decorate(function: Estimator) -> Estimator:
-        if name in _REGISTRY and _REGISTRY[name].function.__wrapped__ is not function:
-            raise MMPOInputError(f"an estimator named {name!r} is already registered")
-
-        @functools.wraps(function)
-        def checked(groups: RewardGroups, objective: MomentObjective, **options: Any):
-            need = group_size_need(name, objective, options)
-            if need is not None:
-                check_group_sizes(groups, need, name)
-            return function(groups, objective, **options)
-
-        defaults = {parameter.name: parameter.default for parameter in _options(function)}
-        _REGISTRY[name] = RegisteredEstimator(checked, objective, group_size, defaults)
-        return checked
-
-    return decorate
-
-
-def estimator_objective_kind(name: str) -> str:
-    """The objective kind ``name`` was registered with (see :func:`register_estimator`)."""
-    return _entry(name).objective
+    function: Estimator | None
+    estimator_class: type | None
+    objective: str
+    family: str | None
+    group_size: GroupSizeRule | None
+    defaults: dict[str, Any]  # the options' defaults, read once (the check runs every call)
+    options: dict[str, EstimatorOption]
+    registered_by: str
+    source: Any  # the object registered (a re-import registering it again is no conflict)
 
 
 @dataclass(frozen=True)
@@ -102,14 +85,204 @@ class EstimatorOption:
     annotation: Any  # e.g. ``int | None``
 
 
-def estimator_options(name: str) -> dict[str, EstimatorOption]:
-    """``{option: EstimatorOption}`` of the registered estimator ``name``, from its signature."""
-    function = _entry(name).function
+_REGISTRY: dict[str, RegisteredEstimator] = {}
+
+
+def register_estimator(
+    name: str,
+    estimator: Any = None,
+    *,
+    objective: str = "mmpo",
+    family: str | None = None,
+    group_size: GroupSizeRule | None = None,
+    options: dict[str, Any] | None = None,
+    nemo_rl_formula: bool = False,
+) -> Any:
+    """Make an estimator available as ``name``; a decorator when ``estimator`` is omitted.
+
+    ``estimator`` is either a function ``fn(groups, objective, **options) -> [N]`` (its keyword
+    parameters after ``objective`` are its options, typed by their annotations) or a class with
+    NeMo-RL's protocol (``__init__(estimator_config, loss_config)``, ``compute_advantage(
+    prompt_ids, rewards, mask, **kwargs) -> [batch, seq_len]``; its options, the keys it reads
+    from ``grpo.adv_estimator``, given as ``options={key: default}``).
+
+    ``objective`` is the kind of :func:`~nemo_mmpo.objectives.moment_objective` it targets
+    (``"mmpo"``, ``"pass_at_k"``, ``"maxrl"``, ``"reinforce"``). A recipe selects it with
+    ``grpo.adv_estimator.name: <name>``, or, with ``family``, ``name: <family>, estimator:
+    <name>`` (the family's first entry is its default). ``group_size`` declares the smallest
+    group it needs (:class:`GroupSizeNeed`): checked at every call and by ``--dry-run``.
+    ``nemo_rl_formula``: a family member that computes NeMo-RL's estimator of the same name
+    may take that name (it is reached only through its family).
+
+    Refused in one line naming the registering module: NeMo-RL's names, a name taken by another
+    object or a near miss of one, an option another entry defines differently, a class without
+    ``compute_advantage``, and any registration after ``nemo_mmpo.nemo_rl.install()``.
+    """
+    if estimator is None:
+        return lambda function: register_estimator(
+            name,
+            function,
+            objective=objective,
+            family=family,
+            group_size=group_size,
+            options=options,
+            nemo_rl_formula=nemo_rl_formula,
+        )
+    existing = _REGISTRY.get(name)
+    if existing is not None and _same_source(existing.source, estimator):
+        return existing.function or estimator  # the same module imported again
+    refuse_if_frozen("estimator", name)
+    origin = getattr(estimator, "__module__", None) or caller_module(2)
+    taken = {key: entry.registered_by for key, entry in _REGISTRY.items()}
+    taken.update({key: "an estimator family" for key in estimator_families()})
+    if existing is not None:
+        raise MMPOInputError(
+            f"register_estimator({name!r}) from {origin}: {name!r} is already registered by "
+            f"{existing.registered_by}; choose another name"
+        )
+    reserved = () if (nemo_rl_formula and family) else NEMO_RL_ESTIMATORS
+    check_name("estimator", name, taken, reserved)
+    if family is not None and family not in estimator_families():
+        check_name("estimator", family, taken, NEMO_RL_ESTIMATORS)
+    if inspect.isclass(estimator):
+        if not callable(getattr(estimator, "compute_advantage", None)):
+            raise MMPOInputError(
+                f"register_estimator({name!r}, {estimator.__qualname__}) from {origin}: a class "
+                "estimator has NeMo-RL's compute_advantage(prompt_ids, rewards, mask, **kwargs) "
+                "method; register a function fn(groups, objective, **options) otherwise"
+            )
+        declared = {
+            key: EstimatorOption(default, Any if default is None else type(default))
+            for key, default in (options or {}).items()
+        }
+        function = None
+    else:
+        if not callable(estimator):
+            raise MMPOInputError(
+                f"register_estimator({name!r}) from {origin}: {estimator!r} is neither a "
+                "function of reward groups nor a class with compute_advantage"
+            )
+        declared = _function_options(estimator)
+        function = _checked_function(name, estimator, origin)
+    _refuse_option_conflicts(name, origin, declared)
+    _REGISTRY[name] = RegisteredEstimator(
+        function=function,
+        estimator_class=estimator if function is None else None,
+        objective=objective,
+        family=family,
+        group_size=group_size,
+        defaults={key: option.default for key, option in declared.items()},
+        options=declared,
+        registered_by=origin,
+        source=estimator,
+    )
+    return function or estimator
+
+
+def _same_source(registered: Any, new: Any) -> bool:
+    """The same object, or the same definition imported again (a module imported under two
+    names, a plug-in re-imported in a worker)."""
+    if registered is new:
+        return True
+    return registered_by(registered) == registered_by(new) and getattr(
+        registered, "__code__", None
+    ) == getattr(new, "__code__", None)
+
+
+def _checked_function(name: str, function: Estimator, origin: str) -> Estimator:
+    @functools.wraps(function)
+    def checked(groups: RewardGroups, objective: MomentObjective, **options: Any):
+        need = group_size_need(name, objective, options)
+        if need is not None:
+            check_group_sizes(groups, need, name)
+        result = function(groups, objective, **options)
+        problem = advantage_problem(result, groups.rewards.shape, groups.valid)
+        if problem is not None:
+            raise MMPOInputError(
+                f"estimator {name!r} (registered by {origin}) {problem}; an estimator returns "
+                "[num_rollouts] floating advantages, finite for every rollout (masked ones "
+                "too), without a gradient"
+            )
+        return result
+
+    return checked
+
+
+def advantage_problem(
+    result: Any, shape: torch.Size | tuple[int, ...], valid: torch.Tensor | None = None
+) -> str | None:
+    """What is wrong with an estimator's output for inputs of ``shape`` (its rows' validity
+    ``valid``, where known): not a tensor, another shape, not floating, a gradient, a NaN or
+    an infinity anywhere; None when nothing is."""
+    if not isinstance(result, torch.Tensor):
+        return f"returned {type(result).__name__}, not a tensor"
+    if tuple(result.shape) != tuple(shape):
+        return f"returned shape {list(result.shape)} for inputs of shape {list(shape)}"
+    if not result.is_floating_point():
+        return f"returned {result.dtype}, not a floating dtype"
+    if result.requires_grad:
+        return "returned a tensor that requires grad (detach it: advantages are constants)"
+    finite = torch.isfinite(result)
+    if not bool(finite.all()):
+        rows = (~finite).reshape(finite.shape[0], -1).any(dim=-1).nonzero().flatten()
+        masked = ""
+        if valid is not None and valid.shape[0] == finite.shape[0]:
+            on_masked = int((~valid.reshape(valid.shape[0], -1).all(dim=-1))[rows].sum())
+            masked = f" ({on_masked} of them masked)" if on_masked else ""
+        return f"returned NaN or Inf in {rows.numel()} row(s){masked}, first row {int(rows[0])}"
+    return None
+
+
+def _function_options(function: Estimator) -> dict[str, EstimatorOption]:
     hints = typing.get_type_hints(function)
     return {
-        parameter.name: EstimatorOption(parameter.default, hints[parameter.name])
+        parameter.name: EstimatorOption(parameter.default, hints.get(parameter.name, Any))
         for parameter in _options(function)
     }
+
+
+def _refuse_option_conflicts(name: str, origin: str, declared: dict[str, EstimatorOption]):
+    for key, option in declared.items():
+        for other, entry in _REGISTRY.items():
+            theirs = entry.options.get(key)
+            if theirs is None or theirs == option:
+                continue
+            raise MMPOInputError(
+                f"register_estimator({name!r}) from {origin}: option {key!r} (default "
+                f"{option.default!r}, {option.annotation}) differs from estimator {other!r}'s "
+                f"(default {theirs.default!r}, {theirs.annotation}, {entry.registered_by}): "
+                "both read grpo.adv_estimator."
+                f"{key}; give yours another name or the same default and type"
+            )
+
+
+def estimator_families() -> list[str]:
+    """The ``grpo.adv_estimator.name`` values that select a formula with ``estimator:``."""
+    return list(dict.fromkeys(e.family for e in _REGISTRY.values() if e.family is not None))
+
+
+def estimator_family(name: str) -> str | None:
+    """The family ``name`` belongs to (None: selected by its own name)."""
+    return _entry(name).family
+
+
+def estimator_class(name: str) -> type | None:
+    """The class of a class entry (NeMo-RL's protocol), None for a function entry."""
+    return _entry(name).estimator_class
+
+
+def estimator_registered_by(name: str) -> str:
+    return _entry(name).registered_by
+
+
+def estimator_objective_kind(name: str) -> str:
+    """The objective kind ``name`` was registered with (see :func:`register_estimator`)."""
+    return _entry(name).objective
+
+
+def estimator_options(name: str) -> dict[str, EstimatorOption]:
+    """``{option: EstimatorOption}`` of the registered estimator ``name``."""
+    return dict(_entry(name).options)
 
 
 def _options(function: Estimator) -> list[inspect.Parameter]:
@@ -132,6 +305,8 @@ def group_size_need(
 
 
 def _entry(name: str) -> RegisteredEstimator:
+    if name not in _REGISTRY:
+        load_from_environment()  # a Ray worker or actor: the run's plug-ins first
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -145,8 +320,15 @@ def get_estimator(name: str) -> Estimator:
     return _entry(name).function
 
 
+def registration_order() -> list[str]:
+    """Names of all registered estimators, in the order they were registered."""
+    load_from_environment()
+    return list(_REGISTRY)
+
+
 def available_estimators() -> list[str]:
     """Names of all registered estimators, sorted."""
+    load_from_environment()
     return sorted(_REGISTRY)
 
 
@@ -249,7 +431,7 @@ def _unbiased_group_size(objective: MomentObjective, options: dict[str, Any]) ->
     )
 
 
-@register_estimator("plugin")
+@register_estimator("plugin", family="mmpo")
 def plugin(groups: RewardGroups, objective: MomentObjective) -> torch.Tensor:
     """The paper's biased plug-in advantage (Eq. biased_advantage, its default).
 
@@ -262,7 +444,7 @@ def plugin(groups: RewardGroups, objective: MomentObjective) -> torch.Tensor:
     return groups.gather(weight) * (groups.rewards - groups.gather(success_rate))
 
 
-@register_estimator("unbiased", group_size=_unbiased_group_size)
+@register_estimator("unbiased", family="mmpo", group_size=_unbiased_group_size)
 def unbiased(groups: RewardGroups, objective: MomentObjective) -> torch.Tensor:
     """The paper's unbiased leave-one-out advantage (Eq. unbiased_advantage, Appendix A).
 

@@ -23,6 +23,8 @@ from nemo_mmpo.errors import MMPOInputError
 
 OBJECTIVE_KINDS = ("mmpo", "maxrl", "pass_at_k", "reinforce", "explicit")
 TRANSFORMS = ("none", "constant", "beta")
+#: the objective kind a transform applies to (moments of U F, a_k = E[U^k])
+TRANSFORM_KIND = OBJECTIVE_KINDS[0]
 #: The parameters of :func:`moment_objective` each transform reads.
 TRANSFORM_PARAMETERS = {"none": (), "constant": ("constant",), "beta": ("alpha", "beta")}
 

@@ -26,7 +26,7 @@ from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names
 
 #: our own top-level sections, which NeMo-RL's MasterConfig keeps as extras and never reads
-OUR_SECTIONS = ("cpu_backend", "evaluation")
+OUR_SECTIONS = ("cpu_backend", "evaluation", "nemo_mmpo")
 GRPO_MODULE = "nemo_rl.algorithms.grpo"
 
 

@@ -32,13 +32,13 @@ import yaml
 from nemo_mmpo.checkout import CONFIGS_DIR, REPO_ROOT
 from nemo_mmpo.estimators import available_estimators, estimator_options
 from nemo_mmpo.eval.protocol import EvaluationSettings
+from nemo_mmpo.losses import all_loss_names, loss_names
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import DMPOSettings, attach_penalty_terms
 from nemo_mmpo.nemo_rl.estimator_settings import estimator_names, mmpo_formulas, section_model
 from nemo_mmpo.nemo_rl.names import (
     DMPO_METRICS,
     ESTIMATOR_METRICS,
-    LOSS_NAMES,
     NEMO_RL_ESTIMATOR_KEYS,
     NEMO_RL_ESTIMATORS,
 )
@@ -359,7 +359,7 @@ def keys_table() -> str:
             _LossName,
             {"name": LOSS_KEYS["name"]},
             ["name"],
-            allowed={"name": " \\| ".join(f"`{name}`" for name in LOSS_NAMES)},
+            allowed={"name": " \\| ".join(f"`{name}`" for name in all_loss_names())},
         ),
     ]
     dmpo_keys = {key: LOSS_KEYS[key] for key in LOSS_KEYS if key != "name"}
@@ -371,9 +371,10 @@ def keys_table() -> str:
 
 
 class _LossName(Settings):
-    """``loss_fn.name`` (its values are :data:`~nemo_mmpo.nemo_rl.names.LOSS_NAMES`)."""
+    """``loss_fn.name`` (its values: :func:`~nemo_mmpo.losses.all_loss_names`; its default
+    the first registered)."""
 
-    name: str = "mmpo"
+    name: str = loss_names()[0]
 
 
 def paper_loss_table() -> str:

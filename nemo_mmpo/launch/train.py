@@ -32,6 +32,7 @@ from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.launch import environment, plan, rules, trainers
 from nemo_mmpo.nemo_rl import install
 from nemo_mmpo.nemo_rl.hooks import worker_pythonpath
+from nemo_mmpo.plugins import load_plugins, recipe_plugins
 from nemo_mmpo.settings import mark_reported
 
 DEFAULT_CONFIG = CONFIGS_DIR / "mmpo_math_qwen3_1.7b.yaml"
@@ -71,6 +72,10 @@ def check_and_plan(config_path: Path, overrides: list[str], print_config: bool) 
         loaded = recipes.load(config_path, overrides)
     except MMPOInputError as error:  # Hydra's and OmegaConf's messages span lines: one line
         raise MMPOInputError(" ".join(str(error).split())) from None
+    # the recipe's own estimators and losses, registered before anything reads the registries
+    load_plugins(
+        recipe_plugins(loaded.config), Path(loaded.recipe or loaded.source).resolve().parent
+    )
     findings = rules.check(loaded.config)
     if len(findings.errors) == 1:
         raise MMPOInputError(findings.errors[0])

@@ -33,8 +33,9 @@ from pydantic import Field
 from nemo_mmpo.dmpo import PAPER_COEFFICIENT, PAPER_TEMPERATURE, linearized_penalty
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.grouping import group_ids_from_prompt_rows
+from nemo_mmpo.losses import loss_entry, loss_names
 from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS
+from nemo_mmpo.nemo_rl.names import DMPO_METRICS
 from nemo_mmpo.settings import Settings, changed_settings, parse
 
 SHARE_KEY = "dmpo_penalty_share"
@@ -114,8 +115,23 @@ def read_dmpo_settings(loss_config: Any) -> DMPOSettings:
 
 
 def is_dmpo_loss(loss_config: Any) -> bool:
-    """Whether ``loss_fn.name`` selects DMPO."""
-    return sections.value(loss_config, "name") == DMPO_LOSS
+    """Whether ``loss_fn.name`` selects DMPO (the registered loss whose batch terms these are)."""
+    entry = loss_entry(sections.value(loss_config, "name"))
+    return entry is not None and entry.batch_terms == _THESE_TERMS
+
+
+#: how :mod:`nemo_mmpo.losses` registers :func:`batch_terms`
+_THESE_TERMS = f"{__name__}:batch_terms"
+
+
+def dmpo_name() -> str:
+    """DMPO's ``loss_fn.name``, as registered."""
+    return next(name for name in loss_names() if loss_entry(name).batch_terms == _THESE_TERMS)
+
+
+def batch_terms(train_data: Any, loss_config: Any) -> dict[str, float]:
+    """DMPO's per-batch terms (:func:`attach_penalty_terms`) for ``loss_fn``'s settings."""
+    return attach_penalty_terms(train_data, read_dmpo_settings(loss_config))
 
 
 def forced_ratio_problem(loss_config: Any) -> str | None:
@@ -125,7 +141,7 @@ def forced_ratio_problem(loss_config: Any) -> str | None:
     if not is_dmpo_loss(loss_config) or not sections.value(loss_config, "force_on_policy_ratio"):
         return None
     return (
-        f"loss_fn.name={DMPO_LOSS} needs the log-probabilities NeMo-RL computes before training "
+        f"loss_fn.name={dmpo_name()} needs the log-probabilities NeMo-RL computes before training "
         "(prev_logprobs), which loss_fn.force_on_policy_ratio=true skips: set "
         "loss_fn.force_on_policy_ratio=false"
     )
@@ -142,7 +158,7 @@ def unread_dmpo_settings(loss_config: Any) -> list[str]:
     name = sections.value(loss_config, "name")
     return [
         f"loss_fn.{key}={value!r} is not read with loss_fn.name={name!r}: DMPO's keys are read "
-        f"only with loss_fn.name={DMPO_LOSS}; this run ignores it"
+        f"only with loss_fn.name={dmpo_name()}; this run ignores it"
         for key, value in changed_settings(DMPOSettings, values, DMPOSettings.model_fields).items()
     ]
 
@@ -198,7 +214,9 @@ def attach_penalty_terms(train_data: Any, settings: DMPOSettings) -> dict[str, f
         if key not in train_data
     ]
     if missing:
-        raise MMPOInputError(f"loss_fn.name=dmpo: NeMo-RL's train_data lacks {', '.join(missing)}")
+        raise MMPOInputError(
+            f"loss_fn.name={dmpo_name()}: NeMo-RL's train_data lacks {', '.join(missing)}"
+        )
     token_mask = train_data["token_mask"]
     prev_logprobs = train_data["prev_logprobs"]
     response_tokens = token_mask[:, 1:].sum(dim=1)
@@ -227,8 +245,8 @@ def penalty_term(next_token_logprobs: torch.Tensor, data: Any) -> torch.Tensor:
     missing = [key for key in (SHARE_KEY, GRADIENT_KEY) if key not in data]
     if missing:
         raise RuntimeError(
-            f"loss_fn.name=dmpo: the training batch has no {', '.join(missing)}. nemo-mmpo "
-            "adds them in NeMo-RL's grpo_train and async_grpo_train (after "
+            f"loss_fn.name={dmpo_name()}: the training batch has no {', '.join(missing)}. "
+            "nemo-mmpo adds them in NeMo-RL's grpo_train and async_grpo_train (after "
             "nemo_mmpo.nemo_rl.install()); this trainer did not call the hooked "
             "_apply_configured_message_level_advantage_penalties. Use those trainers "
             "(data_plane.enabled=false) or loss_fn.name=mmpo"

@@ -33,18 +33,18 @@ from pydantic import Field, create_model
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import (
     available_estimators,
+    estimator_class,
+    estimator_families,
+    estimator_family,
     estimator_objective_kind,
     estimator_options,
     group_size_need,
+    registration_order,
 )
 from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.names import (
-    MMPO_ESTIMATOR,
-    NEMO_RL_ESTIMATOR_KEYS,
-    NEMO_RL_ESTIMATORS,
-    near_miss,
-)
+from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATOR_KEYS, NEMO_RL_ESTIMATORS, near_miss
 from nemo_mmpo.objectives import (
+    TRANSFORM_KIND,
     TRANSFORM_PARAMETERS,
     TRANSFORMS,
     MomentObjective,
@@ -55,24 +55,51 @@ from nemo_mmpo.settings import Settings, changed_settings, parse
 ESTIMATOR_SECTION = "grpo.adv_estimator"
 
 
+def default_family() -> str:
+    """The ``grpo.adv_estimator.name`` a section without one selects: the first family
+    registered (the built-in moment estimators')."""
+    return estimator_families()[0]
+
+
+def family_members(family: str | None = None) -> tuple[str, ...]:
+    """Registered estimators chosen with ``name: <family>, estimator: <this>`` (the default
+    family's when ``family`` is None), the family's default first."""
+    family = default_family() if family is None else family
+    return tuple(name for name in _registration_order() if estimator_family(name) == family)
+
+
+def _registration_order() -> list[str]:
+    return registration_order()
+
+
 def mmpo_formulas() -> tuple[str, ...]:
-    """Registered estimators chosen with ``name: mmpo, estimator: <this>``."""
-    return tuple(
-        name
-        for name in available_estimators()
-        if estimator_objective_kind(name) == "mmpo" or name in NEMO_RL_ESTIMATORS
-    )
+    """Every registered estimator selected through a family's ``estimator`` key."""
+    return tuple(name for name in available_estimators() if estimator_family(name) is not None)
 
 
 def estimator_names() -> tuple[str, ...]:
-    """``grpo.adv_estimator.name`` values nemo-mmpo serves: ``mmpo`` and the baselines."""
+    """``grpo.adv_estimator.name`` values nemo-mmpo serves: the families, then the estimators
+    selected by their own name."""
     formulas = set(mmpo_formulas())
-    return (MMPO_ESTIMATOR, *(name for name in available_estimators() if name not in formulas))
+    return (
+        *estimator_families(),
+        *(name for name in available_estimators() if name not in formulas),
+    )
 
 
 def is_our_estimator(name: Any) -> bool:
     """Whether ``grpo.adv_estimator.name`` selects a nemo-mmpo estimator."""
     return name in estimator_names()
+
+
+def is_function_estimator(master_config: Any) -> bool:
+    """Whether the master config selects one of our estimators registered as a function of
+    reward groups (wrapped in :class:`~nemo_mmpo.nemo_rl.advantage_estimator.
+    MMPOAdvantageEstimator`, with its ``mmpo/`` metrics and first-step checks), not a class."""
+    section = sections.value(master_config, ESTIMATOR_SECTION)
+    if not is_our_estimator(sections.value(section, "name")):
+        return False
+    return estimator_class(read_estimator_settings(section).estimator) is None
 
 
 def _option_field(annotation: Any, default: Any) -> tuple[Any, Any]:
@@ -91,8 +118,8 @@ def _section_model(registered: tuple[str, ...]) -> type[Settings]:
     return create_model(
         "AdvantageEstimatorSection",
         __base__=Settings,
-        name=(str, MMPO_ESTIMATOR),
-        estimator=(str, "plugin"),
+        name=(str, default_family()),
+        estimator=(str | None, None),
         truncation_order=(Annotated[int, Field(ge=1)], 4),
         moment_transform=(Literal[TRANSFORMS], "none"),  # type: ignore[valid-type]
         transform_constant=(float | None, None),
@@ -134,9 +161,9 @@ class EstimatorSettings:
 
 def _objective(kind: str, section: Any, options: dict[str, Any]) -> MomentObjective:
     order = section.truncation_order
-    if kind == "mmpo":
+    if kind == TRANSFORM_KIND:
         return moment_objective(
-            "mmpo",
+            kind,
             order,
             transform=section.moment_transform,
             constant=section.transform_constant,
@@ -157,7 +184,7 @@ def read_estimator_settings(config: Any) -> EstimatorSettings:
         MMPOInputError: naming the offending key, its value and what is accepted.
     """
     values = {key: sections.value(config, key) for key in sections.present_keys(config)}
-    name = values.get("name", MMPO_ESTIMATOR)
+    name = values.get("name", default_family())
     names = estimator_names()
     if name not in names:
         hint = ""
@@ -165,20 +192,26 @@ def read_estimator_settings(config: Any) -> EstimatorSettings:
         if spelling is not None:
             hint = f" (names are matched exactly: did you mean {spelling!r}?)"
         elif name in mmpo_formulas():
-            hint = f" ({name!r} is a formula of MMPO: name=mmpo, estimator={name})"
-        ours = [f"{MMPO_ESTIMATOR} (estimator: {', '.join(mmpo_formulas())})", *names[1:]]
+            family = estimator_family(name)
+            hint = f" ({name!r} is a formula of {family}: name={family}, estimator={name})"
+        ours = [
+            f"{family} (estimator: {', '.join(family_members(family))})"
+            for family in estimator_families()
+        ] + [name for name in names if name not in estimator_families()]
         raise MMPOInputError(
             f"{ESTIMATOR_SECTION}.name={name!r} is not valid: nemo-mmpo provides "
             f"{', '.join(ours)}; NeMo-RL provides {', '.join(NEMO_RL_ESTIMATORS)}{hint}"
         )
     section = parse(section_model(), values, ESTIMATOR_SECTION)
-    if name == MMPO_ESTIMATOR:
-        estimator = section.estimator
-        if estimator not in mmpo_formulas():
+    if name in estimator_families():
+        members = family_members(name)
+        estimator = members[0] if section.estimator is None else section.estimator
+        if estimator not in members:
+            others = [other for other in names if other not in estimator_families()]
             raise MMPOInputError(
-                f"{ESTIMATOR_SECTION}.estimator={estimator!r} is not valid: with name=mmpo "
-                f"choose one of {', '.join(mmpo_formulas())} (baselines have their own name: "
-                f"{', '.join(names[1:])})"
+                f"{ESTIMATOR_SECTION}.estimator={estimator!r} is not valid: with name={name} "
+                f"choose one of {', '.join(members)} (estimators with their own name: "
+                f"{', '.join(others)})"
             )
     else:
         estimator = name
@@ -198,7 +231,7 @@ def read_estimator_settings(config: Any) -> EstimatorSettings:
 
 
 def _chosen(settings: EstimatorSettings) -> str:
-    if settings.name == MMPO_ESTIMATOR:
+    if settings.name in estimator_families():
         return f"{ESTIMATOR_SECTION}.estimator={settings.estimator}"
     return f"{ESTIMATOR_SECTION}.name={settings.name}"
 
@@ -207,23 +240,35 @@ def _keys_read(settings: EstimatorSettings, transform: str) -> set[str]:
     """The section's keys the chosen estimator and its objective read (``truncation_order``
     always: the step metrics report that many failure moments)."""
     keys = {"name", "truncation_order", "reward_threshold", *estimator_options(settings.estimator)}
-    if settings.name == MMPO_ESTIMATOR:
+    if settings.name in estimator_families():
         keys.add("estimator")
-    if estimator_objective_kind(settings.estimator) == "mmpo":
+    if _reads_transform(settings.estimator):
         keys.add("moment_transform")
         keys.update(f"transform_{parameter}" for parameter in TRANSFORM_PARAMETERS[transform])
     return keys
 
 
+def _reads_transform(name: str) -> bool:
+    """Whether estimator ``name`` targets the moment objective, whose U transform it reads."""
+    return estimator_objective_kind(name) == _MOMENT_KIND
+
+
+#: the objective kind whose coefficients ``moment_transform`` changes (E[U^k])
+_MOMENT_KIND = TRANSFORM_KIND
+
+
+def _selected(name: str) -> str:
+    family = estimator_family(name)
+    return name if family is None else f"{family}/{name}"
+
+
 def _readers(key: str) -> str:
     """Who reads ``key``, as the user selects them."""
     if key == "estimator":
-        return f"read only with name={MMPO_ESTIMATOR}"
-    moment_formulas = [
-        name for name in available_estimators() if estimator_objective_kind(name) == "mmpo"
-    ]
+        return f"read only with name={' or '.join(estimator_families())}"
+    moment_formulas = [_selected(name) for name in available_estimators() if _reads_transform(name)]
     if key == "moment_transform":
-        return f"read by name={MMPO_ESTIMATOR} with estimator {', '.join(moment_formulas)}"
+        return f"read by {', '.join(moment_formulas)}"
     if key.startswith("transform_"):
         transforms = [
             transform
@@ -231,15 +276,9 @@ def _readers(key: str) -> str:
             if key.removeprefix("transform_") in parameters
         ]
         return (
-            f"read with moment_transform={' or '.join(transforms)}, by name={MMPO_ESTIMATOR} "
-            f"with estimator {', '.join(moment_formulas)}"
+            f"read with moment_transform={' or '.join(transforms)}, by {', '.join(moment_formulas)}"
         )
-    formulas = set(mmpo_formulas())
-    readers = [
-        f"{MMPO_ESTIMATOR}/{name}" if name in formulas else name
-        for name in available_estimators()
-        if key in estimator_options(name)
-    ]
+    readers = [_selected(name) for name in available_estimators() if key in estimator_options(name)]
     return f"read by {', '.join(readers)}"
 
 
@@ -304,7 +343,7 @@ def advantage_clip_warning(
     if not clips:
         return None
     weight = ""
-    if settings.objective.name.startswith("mmpo"):
+    if _reads_transform(settings.estimator):
         weight_max = sum(settings.objective.weight_coefficients())
         weight = f" (MMPO's weight reaches {weight_max:g} at f = 1)"
     return (

@@ -26,9 +26,11 @@ from typing import Any
 from nemo_rl.algorithms.loss import ClippedPGLossFn
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.losses import loss_entry, loss_names
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.names import DMPO_LOSS, DMPO_METRICS, MMPO_LOSS, near_miss
+from nemo_mmpo.nemo_rl.checked import checked
+from nemo_mmpo.nemo_rl.names import DMPO_METRICS, NEMO_RL_LOSSES, near_miss
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 from nemo_mmpo.settings import report_unread
 
@@ -39,7 +41,6 @@ class MMPOClippedPGLossFn(ClippedPGLossFn):
 
     def __init__(self, cfg: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(cfg, *args, **kwargs)
-        report_unread(dmpo.unread_dmpo_settings(cfg))
         deviations = paper_setting_deviations(cfg)
         if deviations:
             print(f"[nemo-mmpo] loss_fn.name=mmpo with non-paper settings: {', '.join(deviations)}")
@@ -87,19 +88,44 @@ class DMPOLossFn(ClippedPGLossFn):
 
 
 def build_loss(original_class: type, cfg: Any, *args: Any, **kwargs: Any) -> Any:
-    """Ours for ``loss_fn.name`` ``mmpo`` or ``dmpo``, else NeMo-RL's ``original_class``; a name
-    that misspells ours (``DMPO``, ``"dmpo "``) is refused, not trained as NeMo-RL's loss."""
+    """The registered loss ``loss_fn.name`` (:mod:`nemo_mmpo.losses`), its output checked at its
+    first call in each worker (:mod:`~nemo_mmpo.nemo_rl.checked`); NeMo-RL's ``original_class``
+    for any other name. A name that misspells one of ours (``DMPO``, ``"dmpo "``) is refused,
+    not trained as NeMo-RL's loss."""
     name = sections.value(cfg, "name")
-    spelling = near_miss(name, (MMPO_LOSS, DMPO_LOSS))
-    if spelling is not None:
+    entry = loss_entry(name)
+    if entry is None:
+        spelling = near_miss(name, loss_names())
+        if spelling is not None:
+            raise MMPOInputError(
+                f"loss_fn.name={name!r} is not nemo-mmpo's: names are matched exactly, and "
+                f"NeMo-RL's ClippedPGLossFn would train under it without a word; did you mean "
+                f"{spelling!r}? ({', '.join(NEMO_RL_LOSSES)} for NeMo-RL's loss)"
+            )
+        report_unread(dmpo.unread_dmpo_settings(cfg))  # e.g. loss_fn.dmpo_weight: clipped_pg
+        report_unread(unread_loss_options(cfg))
+        return original_class(cfg, *args, **kwargs)
+    loss_class = entry.resolve_class()
+    if not (isinstance(loss_class, type) and issubclass(loss_class, original_class)):
         raise MMPOInputError(
-            f"loss_fn.name={name!r} is not nemo-mmpo's: names are matched exactly, and NeMo-RL's "
-            f"ClippedPGLossFn would train under it without a word; did you mean {spelling!r}? "
-            "(clipped_pg for NeMo-RL's loss)"
+            f"loss {name!r} (registered by {entry.registered_by}): {loss_class!r} is not a "
+            f"subclass of NeMo-RL's {original_class.__module__}.{original_class.__qualname__}, "
+            "whose workers call it with that class's arguments; subclass it"
         )
-    if name == MMPO_LOSS:
-        return MMPOClippedPGLossFn(cfg, *args, **kwargs)
-    if name == DMPO_LOSS:
-        return DMPOLossFn(cfg, *args, **kwargs)
-    report_unread(dmpo.unread_dmpo_settings(cfg))  # e.g. loss_fn.dmpo_weight under clipped_pg
-    return original_class(cfg, *args, **kwargs)
+    report_unread(dmpo.unread_dmpo_settings(cfg))
+    report_unread(unread_loss_options(cfg))
+    return checked(loss_class(cfg, *args, **kwargs), "loss", name)
+
+
+def unread_loss_options(cfg: Any) -> list[str]:
+    """``loss_fn`` keys of a registered loss other than the chosen one, set in ``cfg``."""
+    name = sections.value(cfg, "name")
+    present = set(sections.present_keys(cfg))
+    return [
+        f"loss_fn.{key}={sections.value(cfg, key)!r} is read only with loss_fn.name="
+        f"{other}; this run ignores it"
+        for other in loss_names()
+        if other != name and isinstance(loss_entry(other).options, dict)
+        for key, default in loss_entry(other).options.items()
+        if key in present and sections.value(cfg, key) != default
+    ]

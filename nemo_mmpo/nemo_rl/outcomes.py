@@ -38,7 +38,7 @@ import torch
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.estimator_settings import advantage_clip_keys, is_our_estimator
+from nemo_mmpo.nemo_rl.estimator_settings import advantage_clip_keys, is_function_estimator
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings
 from nemo_mmpo.nemo_rl.names import DMPO_METRICS, ESTIMATOR_METRICS
 
@@ -66,12 +66,13 @@ class FirstStepLogger:
         #: ``(key or key prefix, what it is, the setting that asks for it)``
         self._expected = []
         name = sections.value(master_config, "grpo.adv_estimator.name")
-        if is_our_estimator(name):
+        if is_function_estimator(master_config):
             setting = f"grpo.adv_estimator.name={name}"
             self._expected.append((ESTIMATOR_METRICS, f"{ESTIMATOR_METRICS} metrics", setting))
         if dmpo.is_dmpo_loss(sections.value(master_config, "loss_fn")):
             # the penalties hook's (the loss's own dmpo/penalty_term comes from the workers)
-            self._expected.append((DMPO_BATCH_METRIC, DMPO_BATCH_METRIC, "loss_fn.name=dmpo"))
+            setting = f"loss_fn.name={dmpo.dmpo_name()}"
+            self._expected.append((DMPO_BATCH_METRIC, DMPO_BATCH_METRIC, setting))
         in_loop = in_loop_settings(master_config) is not None
         self._validates_at_start = in_loop and bool(
             sections.value(master_config, "grpo.val_at_start")

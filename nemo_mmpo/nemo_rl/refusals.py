@@ -13,12 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
+from nemo_mmpo.losses import loss_entry, loss_names
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.actor_hooks import HOOKED_IN
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings
-from nemo_mmpo.nemo_rl.names import DMPO_LOSS, MMPO_LOSS
 
 #: ``problem(config) -> message or None``: why our setting cannot run in a trainer
 Problem = Callable[[Any], "str | None"]
@@ -30,17 +29,25 @@ def refuse(problem: Problem | None, config: Any) -> None:
         raise MMPOInputError(message)
 
 
-def dmpo_refused(trainer: str) -> Problem:
-    """``loss_fn.name: dmpo`` in a trainer that never calls the penalties hook."""
+def batch_terms_entry(loss_config: Any) -> Any:
+    """The registered loss of ``loss_fn`` when it has per-batch terms, else None."""
+    entry = loss_entry(sections.value(loss_config, "name"))
+    return entry if entry is not None and entry.batch_terms is not None else None
+
+
+def batch_terms_refused(trainer: str) -> Problem:
+    """A loss with per-batch terms (DMPO's) in a trainer that never calls the penalties hook."""
 
     def problem(loss_config: Any) -> str | None:
-        if not dmpo.is_dmpo_loss(loss_config):
+        entry = batch_terms_entry(loss_config)
+        if entry is None:
             return None
+        plain = [name for name in loss_names() if loss_entry(name).batch_terms is None]
         return (
-            f"loss_fn.name={DMPO_LOSS} cannot train in NeMo-RL's {trainer}: it never calls "
-            "_apply_configured_message_level_advantage_penalties, where nemo-mmpo adds DMPO's "
-            "batch terms. Use run_grpo.py with data_plane.enabled=false (grpo_train or "
-            "async_grpo_train), or loss_fn.name=mmpo"
+            f"loss_fn.name={entry.name} cannot train in NeMo-RL's {trainer}: it never calls "
+            f"{PENALTIES}, where nemo-mmpo adds that loss's per-batch terms. Use run_grpo.py "
+            "with data_plane.enabled=false (grpo_train or async_grpo_train), or loss_fn.name="
+            f"{' or '.join(plain)}"
         )
 
     return problem
@@ -76,23 +83,24 @@ def trainer_problem(trainer: str, module: Any, loss: Any, validation: str) -> Pr
     def problem(master_config: Any) -> str | None:
         loss_config = sections.value(master_config, "loss_fn")
         version = _version()
-        if loss is not None and dmpo.is_dmpo_loss(loss_config):
+        entry = batch_terms_entry(loss_config)
+        if loss is not None and entry is not None:
             if not _hooked(module, PENALTIES):
                 return (
-                    f"loss_fn.name={DMPO_LOSS}: NeMo-RL {version}'s {module.__name__} has no "
-                    f"{PENALTIES}, where nemo-mmpo adds DMPO's batch terms, so {trainer} would "
-                    "fail in its workers at step 1: use a NeMo-RL with it (v0.7.0, main), or "
-                    "loss_fn.name=mmpo"
+                    f"loss_fn.name={entry.name}: NeMo-RL {version}'s {module.__name__} has no "
+                    f"{PENALTIES}, where nemo-mmpo adds that loss's per-batch terms, so "
+                    f"{trainer} would fail in its workers at step 1: use a NeMo-RL with it "
+                    "(v0.7.0, main), or another loss_fn.name"
                 )
-            from nemo_mmpo.nemo_rl.loss import DMPOLossFn
-
-            if not isinstance(loss, DMPOLossFn):
+            loss_class = entry.resolve_class()
+            if not isinstance(loss, loss_class):
                 return (
-                    f"loss_fn.name={DMPO_LOSS}, but the loss reaching NeMo-RL {version}'s "
+                    f"loss_fn.name={entry.name}, but the loss reaching NeMo-RL {version}'s "
                     f"{trainer} is {type(loss).__module__}.{type(loss).__qualname__}, not "
-                    "nemo-mmpo's DMPOLossFn: it would train that loss while logging DMPO. Call "
-                    "nemo_mmpo.nemo_rl.install() (loss=True) before setup(), or pass "
-                    "DMPOLossFn(master_config.loss_fn) to the trainer"
+                    f"{loss_class.__qualname__}: it would train that loss while logging "
+                    f"{entry.name}. Call nemo_mmpo.nemo_rl.install() (loss=True) before "
+                    f"setup(), or pass {loss_class.__qualname__}(master_config.loss_fn) to the "
+                    "trainer"
                 )
         in_loop = in_loop_settings(master_config) is not None
         if in_loop and sections.value(master_config, OVERLAP_VALIDATION):
@@ -125,10 +133,10 @@ SINGLE_CONTROLLER_VALIDATION = "single_controller_utils/setup.py:533-537"
 
 def single_controller_problem(trainer: str) -> Problem:
     """What NeMo-RL's single controller cannot train, read from the master config when it
-    builds its estimator (before the actor starts): DMPO (:func:`dmpo_refused`), and
+    builds its estimator (before the actor starts): DMPO (:func:`batch_terms_refused`), and
     ``evaluation.in_loop``: the controller has no validation (it refuses ``grpo.val_period``,
     ``val_at_start`` and ``val_at_end``), so the paper's evaluation would never run."""
-    dmpo_problem = in_master_config(dmpo_refused(trainer))
+    dmpo_problem = in_master_config(batch_terms_refused(trainer))
 
     def problem(master_config: Any) -> str | None:
         if in_loop_settings(master_config) is not None:
@@ -146,7 +154,7 @@ def single_controller_problem(trainer: str) -> Problem:
 
 def ppo_loss_problem(loss_config: Any) -> str | None:
     name = sections.value(loss_config, "name")
-    if name not in (MMPO_LOSS, DMPO_LOSS):
+    if name not in loss_names():
         return None
     return (
         f"loss_fn.name={name}: NeMo-RL's PPO (nemo_rl.algorithms.ppo, run_ppo.py) builds its "

@@ -171,7 +171,7 @@ def test_prompt_file_shows_the_model_a_single_backslash(tmp_path):
         (["grpo.adv_estimator.moment_transform=beta"], "alpha=None"),
         (["grpo.adv_estimator.truncation_order=0"], "truncation_order=0: give a value >= 1"),
         (["grpo.adv_estimator.k=2.5"], "grpo.adv_estimator.k=2.5: give an integer"),
-        (["grpo.adv_estimator.name=plugin"], "is a formula of MMPO: name=mmpo, estimator=plugin"),
+        (["grpo.adv_estimator.name=plugin"], "is a formula of mmpo: name=mmpo, estimator=plugin"),
     ],
 )
 def test_bad_recipes_are_rejected_with_the_key(overrides, fragment):

@@ -165,7 +165,7 @@ def test_non_binary_rewards_name_the_nemo_rl_settings():
         ({"name": "mmpo", "moment_transform": "beta", "transform_alpha": 1.0}, "beta=None"),
         ({"name": "pkpo", "k": "3"}, "grpo.adv_estimator.k='3': give an integer"),
         ({"name": "pkpo", "k": 0}, "grpo.adv_estimator.k=0: give a value >= 1"),
-        ({"name": "mmpo", "estimator": "pkpo"}, "baselines have their own name"),
+        ({"name": "mmpo", "estimator": "pkpo"}, "estimators with their own name"),
         ({"name": "maxrl", "maclaurin_order": 2.5}, "maclaurin_order=2.5"),
     ],
 )
@@ -196,7 +196,7 @@ def test_names_come_from_the_core_registry_and_a_new_estimator_needs_no_adapter_
     with pytest.raises(MMPOInputError, match="name=mmpo, estimator=plugin"):
         read_estimator_settings({"name": "plugin"})
 
-    @register_estimator("halved_plugin_for_test")
+    @register_estimator("halved_plugin_for_test", family="mmpo")
     def halved(groups, objective, scale: float = 0.5):
         return scale * estimators.get_estimator("plugin")(groups, objective)
 

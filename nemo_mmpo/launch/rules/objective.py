@@ -6,7 +6,9 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.launch.rules.registry import Findings, group_sizes, rule
+from nemo_mmpo.losses import all_loss_names, loss_entry
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import (
+    dmpo_name,
     is_dmpo_loss,
     read_dmpo_settings,
     refuse_misspelt_dmpo_key,
@@ -16,7 +18,7 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
     group_size_problem,
     read_estimator_settings,
 )
-from nemo_mmpo.nemo_rl.names import LOSS_NAMES, MMPO_LOSS, NEMO_RL_ESTIMATORS, near_miss
+from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATORS, near_miss
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 from nemo_mmpo.nemo_rl.sections import value
 
@@ -71,19 +73,36 @@ def loss_function(config: dict[str, Any], findings: Findings) -> None:
     one optimizer step per batch; an unused reference pass."""
     loss_config = value(config, "loss_fn") or {}
     loss_name = loss_config.get("name")
-    if loss_name not in (None, *LOSS_NAMES):
-        spelling = near_miss(loss_name, LOSS_NAMES)
+    names = all_loss_names()
+    if loss_name not in (None, *names):
+        spelling = near_miss(loss_name, names)
         hint = f"did you mean {spelling!r}? (names are matched exactly) " if spelling else ""
         raise MMPOInputError(
-            f"loss_fn.name={loss_name!r}: {hint}use 'mmpo' (NeMo-RL's clipped surrogate, "
-            "reporting non-paper settings), 'dmpo' (the surrogate plus DMPO's penalty) or "
-            "'clipped_pg' (NeMo-RL's ClippedPGLossFn as configured)"
+            f"loss_fn.name={loss_name!r}: {hint}use one of {', '.join(names)} (the last: "
+            "NeMo-RL's ClippedPGLossFn as configured; see docs/own-objective.md to add one)"
         )
     refuse_misspelt_dmpo_key(loss_config)
-    if loss_name == MMPO_LOSS:
+    entry = loss_entry(loss_name)
+    if entry is not None and entry.batch_terms is None:
         findings.warnings.extend(
-            f"{deviation}: loss_fn.name=mmpo computes NeMo-RL's loss with this value"
+            f"{deviation}: loss_fn.name={loss_name} computes NeMo-RL's loss with this value"
             for deviation in paper_setting_deviations(loss_config)
+        )
+    if entry is not None and entry.needs_prev_logprobs and loss_config.get("force_on_policy_ratio"):
+        findings.errors.append(
+            f"loss_fn.name={loss_name} needs the log-probabilities NeMo-RL computes before "
+            "training (prev_logprobs), which loss_fn.force_on_policy_ratio=true skips: set "
+            "loss_fn.force_on_policy_ratio=false"
+        )
+    if (
+        entry is not None
+        and entry.batch_terms is not None
+        and value(config, "data_plane.enabled", False)
+    ):
+        findings.errors.append(
+            f"loss_fn.name={loss_name} runs in NeMo-RL's grpo_train and async_grpo_train; "
+            "data_plane.enabled=true selects grpo_train_sync, which nemo-mmpo cannot reach "
+            "with the loss's per-batch terms: set data_plane.enabled=false"
         )
     if value(config, "grpo.async_grpo.enabled", False) and not loss_config.get(
         "use_importance_sampling_correction", False
@@ -116,21 +135,9 @@ def dmpo(config: dict[str, Any], findings: Findings) -> None:
         return
     settings = read_dmpo_settings(loss_config)
     findings.warnings.extend(
-        f"{deviation}: loss_fn.name=dmpo trains with this value"
+        f"{deviation}: loss_fn.name={dmpo_name()} trains with this value"
         for deviation in paper_setting_deviations(loss_config) + settings.deviations()
     )
-    if loss_config.get("force_on_policy_ratio"):
-        findings.errors.append(
-            "loss_fn.name=dmpo needs the log-probabilities NeMo-RL computes before training "
-            "(prev_logprobs), which loss_fn.force_on_policy_ratio=true skips: set "
-            "loss_fn.force_on_policy_ratio=false"
-        )
-    if value(config, "data_plane.enabled", False):
-        findings.errors.append(
-            "loss_fn.name=dmpo runs in NeMo-RL's grpo_train and async_grpo_train; "
-            "data_plane.enabled=true selects grpo_train_sync, which nemo-mmpo cannot reach "
-            "with DMPO's batch terms: set data_plane.enabled=false"
-        )
     prompts, group_size = group_sizes(config)
     rollouts = prompts * group_size
     global_batch = value(config, "policy.train_global_batch_size")
