@@ -15,11 +15,23 @@ that the advantages put for the loss are compared with the estimator's output un
 step's metrics are reduced. No ``nemo_rl`` import, and none of this package's modules that import
 the estimator. Ray unpickles the actor's arguments before it imports the actor's module: the
 hook then waits for that import (a ``sys.meta_path`` finder).
+
+NeMo-RL after our snapshot moves the stage's body into ``single_controller_utils/
+advantage_stage.py`` (:data:`ADVANTAGE_STAGE`; stored at 7b235d3e): ``AdvantageComputer.run``
+calls the estimator, clips (``_clip_grpo_advantages``) and puts (``fields_for_put``), and hands
+the controller only reduced partials; with ``async_rl.num_advantage_workers: 0`` (its default)
+the controller runs it in its own process, on the estimator it was handed. Where that module
+exists, the put check wraps ``fields_for_put`` there instead (:func:`first_step_checks`), and
+``_clip_grpo_advantages`` there records the clip the stage applies, which the check then allows
+(the recipe's ``grpo.advantage_clip_*``). A pool of advantage actors (workers > 0) is refused on
+the driver (``wrappers.advantage_actor_pool``).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import sys
 import weakref
 from typing import Any
@@ -41,11 +53,42 @@ FIRST_STEP_CHECKED = {
     "Logger": ("SingleControllerActor.__init__", ()),
     "fields_for_put": ("SingleControllerActor._advantage_stage", ("meta", "fields")),
 }
+#: NeMo-RL after our snapshot: the stage's own module, whose ``AdvantageComputer.run`` puts the
+#: advantages (advantage_stage.py at 7b235d3e; the controller runs it in its own process when
+#: ``async_rl.num_advantage_workers`` is 0): the put is checked there, not in the controller
+ADVANTAGE_STAGE = "nemo_rl.algorithms.single_controller_utils.advantage_stage"
+STAGE_CHECKED = {"fields_for_put": ("AdvantageComputer.run", ("meta", "fields"))}
+#: the stage's clip (advantage_stage.py: ``_clip_grpo_advantages(advantages, cfg.algo)``, after
+#: the estimator, before the put), wrapped where present to record the config it clips by
+STAGE_CLIP = "_clip_grpo_advantages"
 #: the estimator unpickled into this process (held weakly)
 _estimator: weakref.ref[Any] | None = None
 #: the first step's put check: ``checking`` from the estimator's unpickling to the first step's
-#: metric reduction; ``compared``: the estimator's output the last put was compared with
-_first_step: dict[str, Any] = {"checking": False, "compared": None}
+#: metric reduction; ``compared``: the estimator's output the last put was compared with;
+#: ``clip_config``: the GRPO config the stage's clip read last (None: no clip recorded)
+_first_step: dict[str, Any] = {"checking": False, "compared": None, "clip_config": None}
+
+
+def has_advantage_stage() -> bool:
+    """Whether this NeMo-RL has the stage's own module (:data:`ADVANTAGE_STAGE`)."""
+    if sys.modules.get(ADVANTAGE_STAGE) is not None:
+        return True
+    try:
+        return importlib.util.find_spec(ADVANTAGE_STAGE) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def first_step_checks() -> dict[str, dict[str, tuple[str, tuple[str, ...]]]]:
+    """``{module: {name: (the method that must call it, the parameters its wrapper reads)}}``:
+    :data:`FIRST_STEP_CHECKED` in the controller's module; where NeMo-RL has the stage's own
+    module, the put (:data:`STAGE_CHECKED`) there instead."""
+    if not has_advantage_stage():
+        return {SINGLE_CONTROLLER_ACTOR: dict(FIRST_STEP_CHECKED)}
+    in_controller = {
+        name: check for name, check in FIRST_STEP_CHECKED.items() if name not in STAGE_CHECKED
+    }
+    return {SINGLE_CONTROLLER_ACTOR: in_controller, ADVANTAGE_STAGE: dict(STAGE_CHECKED)}
 
 
 def actor_estimator() -> Any:
@@ -65,7 +108,7 @@ def chunked_metrics_reducer(original: Any) -> Any:
         step_metrics = estimator.take_step_metrics() if estimator is not None else {}
         if step_metrics:  # already step scalars here: the controller logs them as they are
             result = {**(result or {}), **step_metrics}
-        _first_step.update(checking=False, compared=None)  # the first step's chunks are put
+        _first_step.update(checking=False, compared=None, clip_config=None)  # chunks are put
         return result
 
     return reduce_advantage_pump_metrics
@@ -80,7 +123,7 @@ def install_in_actor(estimator: Any) -> list[str]:
     import)."""
     global _estimator
     _estimator = weakref.ref(estimator)
-    _first_step.update(checking=True, compared=None)
+    _first_step.update(checking=True, compared=None, clip_config=None)
     module = sys.modules.get(SINGLE_CONTROLLER_ACTOR)
     if module is None:
         if not any(getattr(finder, HOOKED_IN, None) for finder in sys.meta_path):
@@ -105,11 +148,13 @@ def first_step_logger(original: Any) -> Any:
     return logger_checking_the_first_step
 
 
-def first_step_put(original: Any) -> Any:
-    """``fields_for_put`` in the actor's module (single_controller.py:1801): until the first
-    step's metrics are reduced, the fields put for the loss are compared with the estimator's
-    output for the chunk (:func:`~nemo_mmpo.nemo_rl.actor_outcomes.check_put`); a chunk the
-    estimator was not called for (no training tokens: NeMo-RL puts zeros, :1786) is not."""
+def first_step_put(original: Any, where: str = SINGLE_CONTROLLER_ACTOR) -> Any:
+    """``fields_for_put`` in the actor's module (single_controller.py:1801), or in the stage's
+    (``where``: :data:`ADVANTAGE_STAGE`): until the first step's metrics are reduced, the fields
+    put for the loss are compared with the estimator's output for the chunk
+    (:func:`~nemo_mmpo.nemo_rl.actor_outcomes.check_put`), allowing the clip the stage applied
+    (:func:`stage_clip`); a chunk the estimator was not called for (no training tokens: NeMo-RL
+    puts zeros, :1786) is not."""
 
     @functools.wraps(original)
     def fields_for_put(*args: Any, **kwargs: Any) -> Any:
@@ -118,10 +163,27 @@ def first_step_put(original: Any) -> Any:
         if output is not None and output is not _first_step["compared"]:
             _first_step["compared"] = output
             fields = kwargs["fields"] if "fields" in kwargs else args[1]  # (meta, fields)
-            actor_outcomes.check_put(fields, output, f"{SINGLE_CONTROLLER_ACTOR}.fields_for_put")
+            actor_outcomes.check_put(
+                fields, output, f"{where}.fields_for_put", _first_step.get("clip_config")
+            )
         return original(*args, **kwargs)
 
     return fields_for_put
+
+
+def stage_clip(original: Any) -> Any:
+    """``_clip_grpo_advantages(advantages, grpo_config)`` in the stage's module: during the first
+    step, records the GRPO config it clips by (the recipe's ``grpo.advantage_clip_*``), which
+    the put check then allows."""
+
+    @functools.wraps(original)
+    def clip_grpo_advantages(*args: Any, **kwargs: Any) -> Any:
+        if _first_step["checking"]:
+            config = kwargs.get("grpo_config", args[1] if len(args) > 1 else None)
+            _first_step["clip_config"] = config
+        return original(*args, **kwargs)
+
+    return clip_grpo_advantages
 
 
 #: what the actor's module gets wrapped with, by name (the reducer's also on the driver)
@@ -130,13 +192,30 @@ ACTOR_WRAPPERS = {
     "Logger": first_step_logger,
     "fields_for_put": first_step_put,
 }
+#: what the stage's module gets wrapped with (NeMo-RL after our snapshot); the clip where present
+STAGE_WRAPPERS = {
+    "fields_for_put": functools.partial(first_step_put, where=ADVANTAGE_STAGE),
+    STAGE_CLIP: stage_clip,
+}
 
 
 def hook_actor(module: Any) -> list[str]:
-    """Wrap (once) each of :data:`ACTOR_WRAPPERS` in ``module``; returns the hooked
-    ``module.name``s."""
+    """Wrap (once) the controller's names in ``module`` (the reducer and
+    :func:`first_step_checks`'), and the stage's in its module where NeMo-RL has one; returns
+    the hooked ``module.name``s."""
+    checks = first_step_checks()
+    hooked = _wrap_names(module, [REDUCER, *checks[SINGLE_CONTROLLER_ACTOR]], ACTOR_WRAPPERS)
+    if ADVANTAGE_STAGE in checks:
+        stage = sys.modules.get(ADVANTAGE_STAGE) or importlib.import_module(ADVANTAGE_STAGE)
+        hooked += _wrap_names(stage, list(checks[ADVANTAGE_STAGE]), STAGE_WRAPPERS)
+        if getattr(stage, STAGE_CLIP, None) is not None:
+            hooked += _wrap_names(stage, [STAGE_CLIP], STAGE_WRAPPERS)
+    return hooked
+
+
+def _wrap_names(module: Any, names: list[str], wrappers: dict[str, Any]) -> list[str]:
     hooked = []
-    for name, wrap in ACTOR_WRAPPERS.items():
+    for name in names:
         current = getattr(module, name, None)
         if current is None:
             raise RuntimeError(
@@ -145,7 +224,7 @@ def hook_actor(module: Any) -> list[str]:
                 "report the NeMo-RL version"
             )
         if getattr(current, HOOKED_IN, None) != module.__name__:
-            wrapper = wrap(getattr(current, MARK, current))
+            wrapper = wrappers[name](getattr(current, MARK, current))
             setattr(wrapper, MARK, getattr(current, MARK, current))
             setattr(wrapper, HOOKED_IN, module.__name__)
             setattr(module, name, wrapper)

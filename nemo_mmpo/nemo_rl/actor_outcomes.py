@@ -10,9 +10,13 @@ there, through the names :mod:`~nemo_mmpo.nemo_rl.actor_hooks` wraps in the acto
 - :func:`checked_logger`: the logger in :class:`~nemo_mmpo.nemo_rl.outcomes.FirstStepLogger`,
   whose first step's ``train`` log must hold the ``mmpo/`` metrics;
 - :func:`check_put`: each first-step chunk's advantages must be the estimator's last output
-  (``last_output``) on the estimator's mask, unchanged: the controller applies no advantage
+  (``last_output``) on the estimator's mask, unchanged: main's controller applies no advantage
   clip and no message-level penalty, so nothing may change them
-  (:func:`~nemo_mmpo.nemo_rl.outcomes.advantage_difference` with no allowed change).
+  (:func:`~nemo_mmpo.nemo_rl.outcomes.advantage_difference` with no allowed change). NeMo-RL
+  after our snapshot puts them from its stage's own module (``advantage_stage.py``:
+  ``AdvantageComputer.run``), after clipping them with the recipe's ``grpo.advantage_clip_*``
+  (#3927) and applying its message-level penalties where configured: the changes the GRPO
+  config that clip read asks for (recorded by the hook) are allowed there, nothing else.
 
 Otherwise the actor stops in one line naming the trainer and NeMo-RL's version (the driver
 receives it in Ray's ``RayTaskError``; :func:`nemo_mmpo.errors.handle` prints its cause's line).
@@ -42,25 +46,36 @@ def checked_logger(logger: Any, estimator: Any) -> Any:
     return checked if checked.checks_anything else logger
 
 
-def put_difference(fields: Mapping[str, Any], output: tuple[Any, Any]) -> str | None:
+def put_difference(
+    fields: Mapping[str, Any], output: tuple[Any, Any], clip_config: Any = None
+) -> str | None:
     """How the ``fields`` the controller puts for the loss differ from ``output``, the
     estimator's ``(row advantages, mask)`` for the same chunk; None where they do not. The loss
     counts ``token_mask * sample_mask``: the estimator's mask, where the controller puts no
-    ``sample_mask``; else the estimator's mask on the rows that put ``sample_mask`` keeps."""
+    ``sample_mask``; else the estimator's mask on the rows that put ``sample_mask`` keeps.
+    ``clip_config``: the GRPO config the stage clipped by (its clip bounds and penalty values
+    allowed); None: no change allowed."""
     row_advantages, mask = output
     advantages = fields.get(ADVANTAGES_FIELD)
     if advantages is None:
         return f"no {ADVANTAGES_FIELD!r} field (it puts {', '.join(map(repr, fields))})"
     sample_mask = fields.get(SAMPLE_MASK_FIELD)
     loss_mask = mask if sample_mask is None else mask * (sample_mask.reshape(-1, 1) != 0)
-    no_change = allowed_changes({"grpo": {}})  # no clip, no penalty in the controller
-    return advantage_difference(advantages, loss_mask, row_advantages, mask, no_change)
+    if clip_config is None:  # main's controller: no clip, no penalty
+        changes = allowed_changes({"grpo": {}})
+    else:  # the stage's clip (keys read from the config's own model) and penalties
+        model = type(clip_config) if hasattr(type(clip_config), "model_fields") else None
+        changes = allowed_changes({"grpo": clip_config}, model)
+    return advantage_difference(advantages, loss_mask, row_advantages, mask, changes)
 
 
-def check_put(fields: Mapping[str, Any], output: tuple[Any, Any], where: str) -> None:
+def check_put(
+    fields: Mapping[str, Any], output: tuple[Any, Any], where: str, clip_config: Any = None
+) -> None:
     """Raise where the first step's ``fields`` for the loss are not the estimator's
-    ``output`` (:func:`put_difference`); ``where``: the put's ``module.function``."""
-    difference = put_difference(fields, output)
+    ``output`` (:func:`put_difference`, allowing what ``clip_config`` asks for); ``where``: the
+    put's ``module.function``."""
+    difference = put_difference(fields, output, clip_config)
     if difference is None:
         return
     from nemo_mmpo.nemo_rl.contract import nemo_rl_version

@@ -43,6 +43,8 @@ calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
   (:mod:`~nemo_mmpo.nemo_rl.actor_hooks`), and it reads that estimator. There it also wraps
   ``Logger`` (:164) and ``fields_for_put`` (:1801) for the first step's checks
   (:mod:`~nemo_mmpo.nemo_rl.actor_outcomes`); ``install()`` checks that the actor calls them.
+  Where NeMo-RL has the stage's own module (``single_controller_utils/advantage_stage.py``,
+  after our snapshot), ``fields_for_put`` is checked there, called by ``AdvantageComputer.run``.
 - ``single_controller_utils`` (main only): ``setup_single_controller``, as
   ``run_grpo_single_controller.py`` imports it: refused in one line on a Ray cluster without
   GPUs, unless the CPU rig's answers are in place (:mod:`nemo_mmpo.cpu.answers.single_controller`).
@@ -93,11 +95,12 @@ from nemo_mmpo.checkout import find_nemo_rl_root, worker_pythonpath
 from nemo_mmpo.nemo_rl import wrappers
 from nemo_mmpo.nemo_rl.actor_hooks import (
     ACTOR_WRAPPERS,
-    FIRST_STEP_CHECKED,
     HOOKED_IN,
     MARK,
     SINGLE_CONTROLLER_ACTOR,
+    STAGE_WRAPPERS,
     chunked_metrics_reducer,
+    first_step_checks,
 )
 from nemo_mmpo.nemo_rl.contract import (
     SUPPORTED,
@@ -366,19 +369,24 @@ def _followed(module: Any, name: str, hook: Hook) -> tuple[list, list[str]]:
 
 def _first_step_problems(module: Any) -> list[str]:
     """What keeps the single controller's actor from its first-step checks, which are wrapped in
-    that process only (:data:`~nemo_mmpo.nemo_rl.actor_hooks.FIRST_STEP_CHECKED`): a name
+    that process only (:func:`~nemo_mmpo.nemo_rl.actor_hooks.first_step_checks`: in the
+    controller's ``module``, and in the stage's own module where NeMo-RL has one): a name
     missing, not called by its method, or without a parameter its wrapper reads."""
     problems = []
-    for name, (caller, reads) in FIRST_STEP_CHECKED.items():
-        current = getattr(module, name, None)
-        if current is None:
-            problems.append(
-                f"{module.__name__} has no attribute {name!r}, which nemo-mmpo wraps in the "
-                "SingleControllerActor to check its first step"
-            )
-            continue
-        check = Hook(ACTOR_WRAPPERS[name], reads, (caller,))
-        problems += _contract_problems(module, name, getattr(current, MARK, current), check)
+    for module_name, checks in first_step_checks().items():
+        checked = module if module_name == module.__name__ else _import(module_name, True)
+        wrappers_here = ACTOR_WRAPPERS if checked is module else STAGE_WRAPPERS
+        for name, (caller, reads) in checks.items():
+            current = getattr(checked, name, None)
+            if current is None:
+                problems.append(
+                    f"{checked.__name__} has no attribute {name!r}, which nemo-mmpo wraps in "
+                    "the SingleControllerActor's process to check its first step"
+                )
+                continue
+            check = Hook(wrappers_here[name], reads, (caller,))
+            original = getattr(current, MARK, current)
+            problems += _contract_problems(checked, name, original, check)
     return problems
 
 
