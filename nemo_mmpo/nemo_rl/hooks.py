@@ -92,6 +92,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.checkout import find_nemo_rl_root, worker_pythonpath
+from nemo_mmpo.losses import loss_names
 from nemo_mmpo.nemo_rl import wrappers
 from nemo_mmpo.nemo_rl.actor_hooks import (
     ACTOR_WRAPPERS,
@@ -116,7 +117,8 @@ from nemo_mmpo.nemo_rl.contract import (
 )
 from nemo_mmpo.nemo_rl.estimator_settings import estimator_names
 from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names, unreachable_literal
-from nemo_mmpo.nemo_rl.names import DMPO_LOSS, MMPO_LOSS
+from nemo_mmpo.plugins import load_from_environment
+from nemo_mmpo.registry import freeze
 
 GRPO = "nemo_rl.algorithms.grpo"
 GRPO_SYNC = "nemo_rl.algorithms.grpo_sync"
@@ -305,7 +307,7 @@ def _clashes(where: str, original: Any, answers_ours: str) -> list[str]:
         kind = "estimator"
     else:
         config_type = getattr(sys.modules.get(LOSS_CONFIG[0]), LOSS_CONFIG[1], None)
-        found = loss_clashes(original, config_type, (MMPO_LOSS, DMPO_LOSS))
+        found = loss_clashes(original, config_type, loss_names())
         kind = "loss_fn.name"
     return [
         f"{where} {what}"
@@ -477,10 +479,13 @@ def install(loss: bool = True) -> list[str]:
             is already running without nemo_mmpo on the workers' ``PYTHONPATH``. Nothing is
             hooked then.
     """
+    load_from_environment()  # the run's plug-ins (nemo_mmpo.plugins) and entry points
     points = _hook_points(loss)
     _accept_names_in_every_master_config({module for module, *_ in points})
     _reach_ray_workers()
-    return _wrap(points)
+    hooked = _wrap(points)
+    freeze("nemo_mmpo.nemo_rl.install()")  # the workers see what the driver registered
+    return hooked
 
 
 def _wrap(points: list[tuple[Any, str, Any, Hook]]) -> list[str]:

@@ -18,14 +18,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
+from nemo_mmpo.estimators import estimator_class, estimator_registered_by
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
+from nemo_mmpo.nemo_rl.checked import checked
 from nemo_mmpo.nemo_rl.estimator_settings import (
+    ESTIMATOR_SECTION,
     advantage_clip_keys,
     advantage_clip_warning,
     estimator_names,
+    is_function_estimator,
     is_our_estimator,
+    read_estimator_settings,
 )
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
 from nemo_mmpo.nemo_rl.names import near_miss
@@ -37,7 +41,8 @@ from nemo_mmpo.nemo_rl.outcomes import (
 )
 from nemo_mmpo.nemo_rl.refusals import (
     Problem,
-    dmpo_refused,
+    batch_terms_entry,
+    batch_terms_refused,
     factory_names,
     in_master_config,
     ppo_estimator_problem,
@@ -49,7 +54,7 @@ from nemo_mmpo.nemo_rl.refusals import (
 
 #: The estimator the factory hook built last (None: NeMo-RL's own): where the logging hook
 #: reads the step's metrics.
-_built_estimator: weakref.ref[MMPOAdvantageEstimator] | None = None
+_built_estimator: weakref.ref[Any] | None = None
 #: The generation engine of the ``grpo_train_sync`` call in progress (``validate_sync`` samples
 #: through NeMo-RL's rollout actor and is not given it).
 _sync_generation: Any = None
@@ -70,8 +75,9 @@ def bound_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
-def built_estimator() -> MMPOAdvantageEstimator | None:
-    """The estimator NeMo-RL's factory built last, when it was ours (and is still alive)."""
+def built_estimator() -> Any:
+    """The estimator NeMo-RL's factory built last, when it was ours (and is still alive): an
+    :class:`MMPOAdvantageEstimator`, or a plug-in class's checked instance."""
     return None if _built_estimator is None else _built_estimator()
 
 
@@ -90,6 +96,22 @@ def estimator_factory(
         name = sections.value(estimator_config, "name")
         if not is_our_estimator(name):
             return nemo_rl_estimator(original, name, args, kwargs)
+        settings = read_estimator_settings(estimator_config)
+        plugin_class = estimator_class(settings.estimator)
+        if plugin_class is not None:  # a class with NeMo-RL's protocol: built as NeMo-RL would
+            if chunks:
+                raise MMPOInputError(
+                    f"{ESTIMATOR_SECTION}: estimator {settings.estimator!r} (registered by "
+                    f"{estimator_registered_by(settings.estimator)}) is a class; NeMo-RL's "
+                    "single controller calls its estimator once per streaming chunk, which "
+                    "nemo-mmpo supports for estimators registered as functions of reward groups "
+                    "only: register a function, or train with run_grpo.py"
+                )
+            built = plugin_class(estimator_config, sections.value(master_config, "loss_fn"))
+            print(f"  ✓ Using nemo-mmpo plug-in estimator: {settings.describe()}")
+            built = checked(built, "estimator", settings.estimator)
+            _built_estimator = weakref.ref(built)
+            return built
         estimator = MMPOAdvantageEstimator(
             estimator_config,
             sections.value(master_config, "loss_fn"),
@@ -156,7 +178,11 @@ def metrics_logger(original: Any) -> Any:
         metrics = bound_arguments(original, args, kwargs)["metrics"]
         result = original(*args, **kwargs)
         estimator = built_estimator()
-        step_metrics = estimator.take_step_metrics() if estimator is not None else {}
+        step_metrics = {}
+        if isinstance(estimator, MMPOAdvantageEstimator):
+            step_metrics = estimator.take_step_metrics()
+        elif estimator is not None:  # a plug-in class: NeMo-RL's informal last_metrics
+            step_metrics = dict(getattr(estimator, "last_metrics", None) or {})
         if step_metrics:
             # NeMo-RL sums each list-valued step metric over micro-batches and prints
             # "Skipping aggregation" for scalars: a one-element list aggregates to the value.
@@ -207,8 +233,7 @@ def checking_first_step(original: Any, args: tuple, kwargs: dict) -> Any:
     if not logger.checks_anything:  # NeMo-RL's own estimator and loss: its logger untouched
         return original(*args, **kwargs)
     bound.arguments["logger"] = logger
-    name = sections.value(master_config, "grpo.adv_estimator.name")
-    if is_our_estimator(name) and bound.arguments.get("policy") is not None:
+    if is_function_estimator(master_config) and bound.arguments.get("policy") is not None:
         grpo_model = getattr(sys.modules.get("nemo_rl.algorithms.grpo"), "GRPOConfig", None)
         logger.policy = FirstStepPolicy(
             bound.arguments["policy"],
@@ -227,17 +252,20 @@ def checking_first_step(original: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def batch_penalties(original: Any) -> Any:
+    """The penalties hook: NeMo-RL's, then the per-batch terms of a registered loss that has
+    them (DMPO's), into the batch and the step's metrics."""
+
     @functools.wraps(original)
     def apply_penalties(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         arguments = bound_arguments(original, args, kwargs)
         loss_config = sections.value(arguments["master_config"], "loss_fn")
-        if not dmpo.is_dmpo_loss(loss_config):
+        entry = batch_terms_entry(loss_config)
+        if entry is None:
             return result
-        from nemo_mmpo.nemo_rl.loss import DMPOLossFn
-
         loss = _training_losses[-1] if _training_losses else None
-        if not isinstance(loss, DMPOLossFn):
+        loss_class = entry.resolve_class()
+        if not isinstance(loss, loss_class):
             from nemo_mmpo.nemo_rl.contract import nemo_rl_version
 
             where = (
@@ -246,14 +274,12 @@ def batch_penalties(original: Any) -> Any:
                 else f"for a trainer whose loss is {type(loss).__qualname__}"
             )
             raise MMPOInputError(
-                f"loss_fn.name={dmpo.DMPO_LOSS}: NeMo-RL {nemo_rl_version()}'s "
-                f"{original.__name__} ran {where}, "
-                "so DMPO's terms would not reach DMPO's loss: call nemo_mmpo.nemo_rl.install() "
-                "before importing NeMo-RL's trainers, and train with DMPOLossFn"
+                f"loss_fn.name={entry.name}: NeMo-RL {nemo_rl_version()}'s "
+                f"{original.__name__} ran {where}, so the loss's per-batch terms would not "
+                "reach it: call nemo_mmpo.nemo_rl.install() before importing NeMo-RL's "
+                f"trainers, and train with {loss_class.__qualname__}"
             )
-        metrics = dmpo.attach_penalty_terms(
-            arguments["train_data"], dmpo.read_dmpo_settings(loss_config)
-        )
+        metrics = entry.resolve_batch_terms()(arguments["train_data"], loss_config) or {}
         # NeMo-RL merges these into the step metrics and sums list values (see above).
         return {**(result or {}), **{key: [value] for key, value in metrics.items()}}
 
@@ -330,7 +356,7 @@ def sync_estimator_factory(original: Any) -> Any:
     """``grpo_sync``'s factory: ours, and DMPO refused (``grpo_train_sync`` never calls the
     penalties hook; NeMo-RL refuses message-level penalties there, grpo_sync.py:92 / :89)."""
     trainer = "grpo_train_sync (data_plane.enabled=true)"
-    return estimator_factory(original, in_master_config(dmpo_refused(trainer)))
+    return estimator_factory(original, in_master_config(batch_terms_refused(trainer)))
 
 
 def single_controller_estimator_factory(original: Any) -> Any:
@@ -443,7 +469,7 @@ def single_controller_loss_factory(original: type) -> Any:
     """The single controller's loss (setup.py:787): ours, and DMPO refused (it never calls the
     penalties hook)."""
     trainer = "single controller (run_grpo_single_controller.py)"
-    return loss_factory(original, dmpo_refused(trainer))
+    return loss_factory(original, batch_terms_refused(trainer))
 
 
 def ppo_estimator_factory(original: Any) -> Any:
