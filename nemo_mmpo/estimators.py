@@ -135,13 +135,13 @@ def register_estimator(
     origin = getattr(estimator, "__module__", None) or caller_module(2)
     taken = {key: entry.registered_by for key, entry in _REGISTRY.items()}
     taken.update({key: "an estimator family" for key in estimator_families()})
+    reserved = () if (nemo_rl_formula and family) else NEMO_RL_ESTIMATORS
+    check_name("estimator", name, taken, reserved)
     if existing is not None:
         raise MMPOInputError(
             f"register_estimator({name!r}) from {origin}: {name!r} is already registered by "
             f"{existing.registered_by}; choose another name"
         )
-    reserved = () if (nemo_rl_formula and family) else NEMO_RL_ESTIMATORS
-    check_name("estimator", name, taken, reserved)
     if family is not None and family not in estimator_families():
         check_name("estimator", family, taken, NEMO_RL_ESTIMATORS)
     if inspect.isclass(estimator):

@@ -55,7 +55,7 @@ def recipe_plugins(config: Any) -> list[str]:
             "for my_objectives.py beside the recipe"
         )
     for module in modules:
-        if not all(part.isidentifier() for part in module.split(".")):
+        if module.endswith(".py") or not all(part.isidentifier() for part in module.split(".")):
             raise MMPOInputError(
                 f"{SECTION}.{KEY}: {module!r} is not a module name (for my_objectives.py beside "
                 "the recipe, write my_objectives)"

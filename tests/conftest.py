@@ -139,3 +139,12 @@ def tiny_model(tmp_path_factory):
     LlamaForCausalLM(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(autouse=True)
+def registry_open_for_each_test():
+    """``install()`` freezes the registry for the rest of its process (a run's); each test may
+    register again (tests of the freeze freeze it themselves)."""
+    from nemo_mmpo import registry
+
+    registry.thaw()

@@ -9,6 +9,7 @@ first call in each process, and which pickles as "this class, checked, with this
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import torch
@@ -17,8 +18,8 @@ from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import advantage_problem
 
 _SUBCLASSES: dict[tuple[type, str, str], type] = {}
-#: ids of the instances whose first call passed in this process
-_PASSED: set[int] = set()
+#: the instances whose first call passed in this process (weakly: an id can be reused)
+_PASSED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def checked(instance: Any, kind: str, name: str) -> Any:
@@ -44,13 +45,13 @@ def _checked_subclass(cls: type, kind: str, name: str) -> type:
         @functools.wraps(original)
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, *args, **kwargs)
-            if id(self) not in _PASSED:
+            if self not in _PASSED:
                 problem = check(result, args, kwargs)
                 if problem is not None:
                     raise MMPOInputError(
                         f"{kind} {name!r} ({cls.__module__}.{cls.__qualname__}) {problem}"
                     )
-                _PASSED.add(id(self))
+                _PASSED.add(self)
             return result
 
         def reduce(self: Any, protocol: int = 2) -> tuple:

@@ -1,0 +1,148 @@
+"""A researcher's own estimator and loss, in a file in a folder of their own named by the recipe
+(``nemo_mmpo.plugins``), train in NeMo-RL's real ``grpo_train`` and ``async_grpo_train`` (the
+stand-in policy and generation of :mod:`trainer_standins`): the estimator's advantages reach the
+loss, the ``mmpo/`` metrics and the loss's own metrics are logged at every step; a loss that
+returns a vector stops the run at step 1 in one line naming it."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from nemo_rl_support import import_nemo_rl, master_config_from_recipe
+
+pytestmark = pytest.mark.nemo_rl
+grpo = import_nemo_rl("nemo_rl.algorithms.grpo")
+from test_trainer_loop import TINY_RUN, async_trainer, run_trainer
+
+from nemo_mmpo import compute_advantages, estimators, group_ids_from_prompt_rows, losses
+from nemo_mmpo.nemo_rl import install
+from nemo_mmpo.plugins import load_plugins
+
+MODULE = "objectives_of_a_researcher"
+PLUGIN = """
+import torch
+from nemo_rl.algorithms.loss import ClippedPGLossFn
+
+from nemo_mmpo import register_estimator
+from nemo_mmpo.estimators import get_estimator
+from nemo_mmpo.losses import register_loss
+from nemo_mmpo.nemo_rl.sections import value
+
+
+@register_estimator("scaled_plugin_of_a_researcher")
+def scaled_plugin(groups, objective, advantage_scale: float = 1.0):
+    return advantage_scale * get_estimator("plugin")(groups, objective)
+
+
+@register_loss("surrogate_plus_of_a_researcher", options={"extra_weight": 0.0})
+class SurrogatePlus(ClippedPGLossFn):
+    def __init__(self, cfg, *args, **kwargs):
+        super().__init__(cfg, *args, **kwargs)
+        self.extra_weight = value(cfg, "extra_weight", 0.0)  # a mapping or NeMo-RL's model
+
+    def __call__(self, next_token_logprobs, data, *args, **kwargs):
+        loss, metrics = super().__call__(next_token_logprobs, data, *args, **kwargs)
+        extra = next_token_logprobs.mean()
+        metrics["researcher/extra_term"] = extra.item()
+        return loss + self.extra_weight * extra, metrics
+
+
+@register_loss("vector_loss_of_a_researcher")
+class VectorLoss(ClippedPGLossFn):
+    def __call__(self, next_token_logprobs, data, *args, **kwargs):
+        loss, metrics = super().__call__(next_token_logprobs, data, *args, **kwargs)
+        return loss * torch.ones(3), metrics
+"""
+
+
+@pytest.fixture
+def researchers_folder(tmp_path, monkeypatch):
+    """The plug-in file in a folder of its own, imported as ``nemo-mmpo train`` imports it;
+    its registrations and module gone afterwards."""
+    folder = tmp_path / "my_project"
+    folder.mkdir()
+    (folder / f"{MODULE}.py").write_text(PLUGIN)
+    monkeypatch.setattr(estimators, "_REGISTRY", dict(estimators._REGISTRY))
+    monkeypatch.setattr(losses, "_LOSSES", dict(losses._LOSSES))
+    for variable in ("NEMO_MMPO_PLUGINS", "NEMO_MMPO_PLUGIN_PATH"):
+        monkeypatch.setenv(variable, "")
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # restored after
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert MODULE in load_plugins([MODULE], folder)
+    yield folder
+    sys.modules.pop(MODULE, None)
+
+
+def plugin_config(recipe, loss="surrogate_plus_of_a_researcher", *extra):
+    return master_config_from_recipe(
+        recipe,
+        [
+            *TINY_RUN,
+            "grpo.adv_estimator.name=scaled_plugin_of_a_researcher",
+            "++grpo.adv_estimator.advantage_scale=0.5",
+            f"loss_fn.name={loss}",
+            "++loss_fn.extra_weight=0.01",
+            *extra,
+        ],
+    )
+
+
+def assert_trained_with_the_plugins(policy, logger):
+    loss_class = sys.modules[MODULE].SurrogatePlus
+    assert len(policy.train_calls) == 2
+    for call in policy.train_calls:
+        assert isinstance(call["loss_fn"], loss_class)
+        data = call["data"]
+        advantages = data["advantages"][:, 0]
+        rewards = data["total_reward"] if "total_reward" in data else None
+        if rewards is not None:
+            expected = 0.5 * compute_advantages(
+                rewards, group_ids_from_prompt_rows(data["input_ids"][:, :1]), None, "plugin"
+            )
+            assert torch.allclose(advantages.double(), expected.double(), atol=1e-6)
+    for metric in ("mmpo/failure_moment_1", "researcher/extra_term"):
+        steps = [
+            step
+            for name, values in logger.metrics.items()
+            if name.endswith(metric)
+            for step, _ in values
+        ]
+        assert sorted(set(steps)) == [1, 2], (metric, sorted(logger.metrics))
+
+
+def test_grpo_train_trains_a_researchers_estimator_and_loss(
+    ray_cluster, researchers_folder, tmp_path
+):
+    install()
+    config = plugin_config("mmpo_math_qwen3_1.7b.yaml")
+    policy, logger, _ = run_trainer(grpo.grpo_train, config, tmp_path)
+    assert_trained_with_the_plugins(policy, logger)
+
+
+@pytest.mark.alternating
+def test_async_grpo_train_trains_a_researchers_estimator_and_loss(
+    ray_cluster, researchers_folder, tmp_path
+):
+    install()
+    config = plugin_config(
+        "mmpo_math_qwen3_4b_async.yaml",
+        "surrogate_plus_of_a_researcher",
+        "grpo.async_grpo.max_trajectory_age_steps=1",
+    )
+    policy, logger, _ = async_trainer(config, tmp_path)
+    assert_trained_with_the_plugins(policy, logger)
+
+
+def test_a_loss_returning_a_vector_stops_at_step_one_naming_it(
+    ray_cluster, researchers_folder, tmp_path
+):
+    install()
+    config = plugin_config("mmpo_math_qwen3_1.7b.yaml", "vector_loss_of_a_researcher")
+    with pytest.raises(Exception) as raised:
+        run_trainer(grpo.grpo_train, config, tmp_path)
+    message = str(raised.value)
+    assert "loss 'vector_loss_of_a_researcher'" in message and MODULE in message
+    assert "a loss is a scalar tensor" in message
