@@ -249,11 +249,15 @@ def _refuse_option_conflicts(name: str, origin: str, declared: dict[str, Estimat
                 continue
             raise MMPOInputError(
                 f"register_estimator({name!r}) from {origin}: option {key!r} (default "
-                f"{option.default!r}, {option.annotation}) differs from estimator {other!r}'s "
-                f"(default {theirs.default!r}, {theirs.annotation}, {entry.registered_by}): "
-                "both read grpo.adv_estimator."
-                f"{key}; give yours another name or the same default and type"
+                f"{option.default!r}, {_type_name(option.annotation)}) differs from the one of "
+                f"estimator {other!r} (default {theirs.default!r}, "
+                f"{_type_name(theirs.annotation)}, {entry.registered_by}): both read "
+                f"grpo.adv_estimator.{key}; give yours another name or the same default and type"
             )
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation)
 
 
 def estimator_families() -> list[str]:

@@ -127,8 +127,8 @@ def register_loss(
             if shared:
                 raise MMPOInputError(
                     f"register_loss({name!r}) from {origin}: loss_fn key(s) {sorted(shared)} "
-                    f"are already loss {other.name!r}'s ({other.registered_by}); name yours "
-                    "differently"
+                    f"are read by loss {other.name!r} already ({other.registered_by}); name "
+                    "yours differently"
                 )
     _LOSSES[name] = entry
     return loss_class

@@ -50,11 +50,20 @@ def registered_by(obj: Any) -> str:
 
 
 def caller_module(depth: int = 2) -> str:
-    """The module that called the registration (``depth`` frames up)."""
+    """The module that called the registration: the first frame outside the registries
+    (``depth`` is kept for callers; the registries' own frames are skipped)."""
     frame = inspect.currentframe()
-    for _ in range(depth + 1):
-        frame = frame.f_back if frame is not None else None
+    while (
+        frame is not None
+        and frame.f_globals.get("__name__") in _REGISTRY_MODULES
+        and frame.f_code.co_name != "<module>"  # the built-ins register at module level
+    ):
+        frame = frame.f_back
     return frame.f_globals.get("__name__", "?") if frame is not None else "?"
+
+
+#: the modules whose frames :func:`caller_module` skips
+_REGISTRY_MODULES = {"nemo_mmpo.registry", "nemo_mmpo.estimators", "nemo_mmpo.losses"}
 
 
 def check_name(kind: str, name: Any, taken: dict[str, str], reserved: Iterable[str]) -> None:

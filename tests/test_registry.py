@@ -99,7 +99,9 @@ def test_names_that_shadow_or_nearly_miss_are_refused(scratch_registry, name, ke
 
 
 def test_an_option_two_entries_define_differently_is_refused(scratch_registry):
-    with pytest.raises(MMPOInputError, match=r"option 'k' .* differs from estimator"):
+    with pytest.raises(
+        MMPOInputError, match=r"option 'k' \(default 5, int\) differs from the one of estimator"
+    ):
 
         @register_estimator("k_for_test")
         def with_k(groups, objective, k: int = 5):
@@ -152,7 +154,9 @@ def test_loss_names_are_refused_like_estimator_names(scratch_registry, name, fra
 
 
 def test_a_loss_option_another_loss_reads_is_refused(scratch_registry):
-    with pytest.raises(MMPOInputError, match=r"'dmpo_weight'.* already loss 'dmpo'"):
+    with pytest.raises(
+        MMPOInputError, match=r"'dmpo_weight'.* read by loss 'dmpo' already \(nemo_mmpo.losses\)"
+    ):
         register_loss("weighted_for_test", "some.module:Loss", options={"dmpo_weight": 1.0})
     register_loss("weighted_for_test", "some.module:Loss", options={"my_weight": 1.0})
     assert "weighted_for_test" in losses.all_loss_names()
