@@ -146,3 +146,71 @@ def test_a_loss_returning_a_vector_stops_at_step_one_naming_it(
     message = str(raised.value)
     assert "loss 'vector_loss_of_a_researcher'" in message and MODULE in message
     assert "a loss is a scalar tensor" in message
+
+
+def test_the_single_controllers_actor_imports_the_plugin_and_trains_it(
+    researchers_folder, monkeypatch
+):
+    """NeMo-RL main's single controller builds the estimator on the driver and unpickles it in
+    its actor, a process where only the environment says which plug-ins the run has: the
+    registration and module are removed before the unpickling (as a fresh actor lacks them);
+    the actor's lookup imports the module from the environment and trains the step with it."""
+    single_controller = pytest.importorskip("test_single_controller_first_step")
+    from nemo_mmpo import plugins, registry
+
+    def a_fresh_actor_process():
+        estimators._REGISTRY.pop("scaled_plugin_of_a_researcher")
+        sys.modules.pop(MODULE)
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(researchers_folder)])
+        monkeypatch.setattr(plugins, "_loaded", set())
+        monkeypatch.setattr(plugins, "_environment_loaded", [])
+        monkeypatch.setattr(registry, "_frozen_by", [])  # install() never ran in the actor
+
+    actor, step = single_controller.train_one_step(
+        monkeypatch,
+        overrides=[
+            "grpo.adv_estimator.name=scaled_plugin_of_a_researcher",
+            "++grpo.adv_estimator.advantage_scale=0.5",
+        ],
+        in_the_actor=a_fresh_actor_process,
+    )
+    assert MODULE in sys.modules  # imported again, from NEMO_MMPO_PLUGIN_PATH
+    assert actor._train_steps == 1 and len(step.put) == 3
+    logged = actor._logger._logger.logged
+    train = next(metrics for prefix, _, metrics in logged if prefix == "train")
+    assert any(key.startswith("mmpo/") for key in train)
+
+
+def test_ray_workers_import_the_plugin_to_unpickle_its_loss(researchers_folder, ray_cluster):
+    """A Ray worker of this cluster gets the checked loss as NeMo-RL's policy workers do (by
+    pickle), imports the plug-in from the environment the launcher set, and its first call is
+    checked there: the vector loss is refused inside the worker."""
+    import ray
+
+    install()
+    config = plugin_config("mmpo_math_qwen3_1.7b.yaml", "vector_loss_of_a_researcher")
+    loss = grpo.ClippedPGLossFn(config.loss_fn)
+
+    @ray.remote(runtime_env={"env_vars": {k: os.environ[k] for k in ENVIRONMENT}})
+    def call_in_a_worker(loss):
+        logprobs = torch.zeros(2, 3, requires_grad=True)
+        data = {
+            "advantages": torch.ones(2, 4),
+            "prev_logprobs": torch.zeros(2, 4),
+            "generation_logprobs": torch.zeros(2, 4),
+            "reference_policy_logprobs": torch.zeros(2, 4),
+            "token_mask": torch.ones(2, 4),
+            "sample_mask": torch.ones(2),
+        }
+        try:
+            loss(logprobs, data, torch.tensor(2), torch.tensor(6))
+        except Exception as error:
+            return type(loss).__module__, str(error)
+        return type(loss).__module__, ""
+
+    module, error = ray.get(call_in_a_worker.remote(loss))
+    assert module == MODULE
+    assert "loss 'vector_loss_of_a_researcher'" in error and "a loss is a scalar" in error
+
+
+ENVIRONMENT = ("NEMO_MMPO_PLUGINS", "NEMO_MMPO_PLUGIN_PATH", "PYTHONPATH")

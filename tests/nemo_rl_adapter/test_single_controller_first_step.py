@@ -167,14 +167,17 @@ def actor_for(module, estimator, step):
     return actor
 
 
-def train_one_step(monkeypatch, old: str = "", new: str = ""):
+def train_one_step(monkeypatch, old: str = "", new: str = "", overrides=(), in_the_actor=None):
     """One step of the actor's module, changed ``old`` -> ``new``; returns the actor and the
-    step's fakes."""
+    step's fakes. ``overrides``: the recipe's; ``in_the_actor()``: run before the estimator is
+    unpickled (what a fresh actor process lacks)."""
     import ray
 
     install()  # the driver
-    config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
+    config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml", list(overrides))
     built = sc_setup._create_advantage_estimator(config)
+    if in_the_actor is not None:
+        in_the_actor()
 
     def changed(source):
         assert source.count(DECORATOR) == 1 and source.count(old or DECORATOR) == 1
