@@ -1,25 +1,11 @@
 """``grpo.adv_estimator`` when one of ours is selected: typed, with options from the registry.
 
-Names (each estimator has exactly one spelling):
-
-- ``name: mmpo`` with ``estimator:`` one of the registered estimators that no other name
-  reaches: those of the moment objectives (``plugin``, the paper's default; ``unbiased``;
-  ``empirical_bayes``) and our ``grpo`` (NeMo-RL's formula, whose name NeMo-RL owns);
-- ``name:`` any other registered estimator (``passk_chen``, ``pkpo``, ``maxrl``): a baseline
-  with its own objective. A newly registered estimator is reachable without an edit here.
-
-Keys: ``truncation_order`` (T, paper default 4); ``moment_transform`` (``none`` | ``constant`` |
-``beta``: moments of U*F, a_k = E[U^k]) with ``transform_constant``, ``transform_alpha``,
-``transform_beta``; ``reward_threshold`` (null: rewards must be 0/1); every registered
-estimator's options by their parameter names and annotated types (integers are orders, >= 1:
-``k``, ``maclaurin_order``); and NeMo-RL's own estimator keys, which a shared config may carry.
-Anything else is refused by name. The model is built from the registry's signatures when
-first used, so it does not depend on what the process imported before.
-
-A key that validates but that the chosen estimator does not read (``k`` with ``name: maxrl``,
-``transform_alpha`` with ``moment_transform: none``) is reported by
-:func:`unread_estimator_settings`, naming who reads it; an estimator's group-size need is the
-one it declared with its registration (:func:`group_size_problem`).
+Each estimator has one spelling (``name: mmpo`` with ``estimator:``, or a baseline's own
+``name:``), reachable without an edit here once registered. The keys (docs/keys.md) include each
+registered estimator's options, typed from its signature, and NeMo-RL's own estimator keys;
+anything else is refused by name. The model is built when first used, so it does not depend on
+what the process imported before. :func:`unread_estimator_settings` reports a key the chosen
+estimator does not read; :func:`group_size_problem` the group size an estimator declared.
 """
 
 from __future__ import annotations
@@ -94,8 +80,8 @@ def is_our_estimator(name: Any) -> bool:
 
 def is_function_estimator(master_config: Any) -> bool:
     """Whether the master config selects one of our estimators registered as a function of
-    reward groups (wrapped in :class:`~nemo_mmpo.nemo_rl.advantage_estimator.
-    MMPOAdvantageEstimator`, with its ``mmpo/`` metrics and first-step checks), not a class."""
+    reward groups (in ``MMPOAdvantageEstimator``, with its ``mmpo/`` metrics and first-step
+    checks), not a class."""
     section = sections.value(master_config, ESTIMATOR_SECTION)
     if not is_our_estimator(sections.value(section, "name")):
         return False
