@@ -1,30 +1,15 @@
 """The hook that reaches inside NeMo-RL's ``SingleControllerActor``, whose process ``install()``
 never ran.
 
-The single controller builds our estimator on the driver and Ray pickles it into the actor,
-which calls it once per streaming chunk (single_controller.py:1778) and reduces each step's
-scalars with ``reduce_advantage_pump_metrics`` (:1074), reading no estimator metrics. Unpickled
-there (``MMPOAdvantageEstimator.__setstate__``), the estimator calls :func:`install_in_actor`,
-which wraps that function in the actor's module so that it also returns the step's ``mmpo/``
-metrics, combined over its chunks (``MMPOAdvantageEstimator.take_step_metrics``).
-:func:`~nemo_mmpo.nemo_rl.install` applies the same wrapper in the driver (to check NeMo-RL's
-side of it; nothing calls it there). In the actor it also wraps the names of the first-step
-checks (:data:`FIRST_STEP_CHECKED`, :mod:`~nemo_mmpo.nemo_rl.actor_outcomes`): ``Logger``, so
-that the actor's logger checks the first step's ``mmpo/`` metrics, and ``fields_for_put``, so
-that the advantages put for the loss are compared with the estimator's output until the first
-step's metrics are reduced. No ``nemo_rl`` import, and none of this package's modules that import
-the estimator. Ray unpickles the actor's arguments before it imports the actor's module: the
-hook then waits for that import (a ``sys.meta_path`` finder).
-
-NeMo-RL after our snapshot moves the stage's body into ``single_controller_utils/
-advantage_stage.py`` (:data:`ADVANTAGE_STAGE`; stored at 7b235d3e): ``AdvantageComputer.run``
-calls the estimator, clips (``_clip_grpo_advantages``) and puts (``fields_for_put``), and hands
-the controller only reduced partials; with ``async_rl.num_advantage_workers: 0`` (its default)
-the controller runs it in its own process, on the estimator it was handed. Where that module
-exists, the put check wraps ``fields_for_put`` there instead (:func:`first_step_checks`), and
-``_clip_grpo_advantages`` there records the clip the stage applies, which the check then allows
-(the recipe's ``grpo.advantage_clip_*``). A pool of advantage actors (workers > 0) is refused on
-the driver (``wrappers.advantage_actor_pool``).
+The actor calls the estimator pickled into it once per streaming chunk and reduces each step's
+scalars with ``reduce_advantage_pump_metrics``, reading no estimator metrics. Unpickled there,
+the estimator calls :func:`install_in_actor`, which wraps that function to add the step's
+``mmpo/`` metrics, combined over its chunks, and the first-step checks' names
+(:mod:`~nemo_mmpo.nemo_rl.actor_outcomes`), in the stage's own module where NeMo-RL has one
+(:data:`ADVANTAGE_STAGE`). ``install()`` applies them in the driver only to check NeMo-RL's
+side. No ``nemo_rl`` import, nor of this package's modules that import the estimator. Ray
+unpickles the actor's arguments before it imports the actor's module: the hook then waits for
+that import (a ``sys.meta_path`` finder).
 """
 
 from __future__ import annotations
@@ -47,19 +32,16 @@ HOOKED_IN = "_nemo_mmpo_hooked_in"
 SINGLE_CONTROLLER_ACTOR = "nemo_rl.algorithms.single_controller"
 REDUCER = "reduce_advantage_pump_metrics"
 #: the names of the actor's module the first-step checks wrap there: the method of the actor
-#: that must call each and the parameters the wrapper reads (``install()`` checks both on the
-#: driver): single_controller.py:164 and :1801 (main)
+#: that must call each and the parameters the wrapper reads (``install()`` checks both)
 FIRST_STEP_CHECKED = {
     "Logger": ("SingleControllerActor.__init__", ()),
     "fields_for_put": ("SingleControllerActor._advantage_stage", ("meta", "fields")),
 }
-#: NeMo-RL after our snapshot: the stage's own module, whose ``AdvantageComputer.run`` puts the
-#: advantages (advantage_stage.py at 7b235d3e; the controller runs it in its own process when
-#: ``async_rl.num_advantage_workers`` is 0): the put is checked there, not in the controller
+#: the stage's own module in NeMo-RL versions that have one: its ``AdvantageComputer.run`` puts
+#: the advantages, so the put is checked there, not in the controller
 ADVANTAGE_STAGE = "nemo_rl.algorithms.single_controller_utils.advantage_stage"
 STAGE_CHECKED = {"fields_for_put": ("AdvantageComputer.run", ("meta", "fields"))}
-#: the stage's clip (advantage_stage.py: ``_clip_grpo_advantages(advantages, cfg.algo)``, after
-#: the estimator, before the put), wrapped where present to record the config it clips by
+#: the stage's clip (after the estimator, before the put), wrapped to record its config
 STAGE_CLIP = "_clip_grpo_advantages"
 #: the estimator unpickled into this process (held weakly)
 _estimator: weakref.ref[Any] | None = None
@@ -97,7 +79,7 @@ def actor_estimator() -> Any:
 
 
 def chunked_metrics_reducer(original: Any) -> Any:
-    """``reduce_advantage_pump_metrics`` (single_controller.py:1074; utils.py:101): NeMo-RL's
+    """``reduce_advantage_pump_metrics``: NeMo-RL's
     step scalars, and the ``mmpo/`` metrics of the step's chunks, combined, from the estimator of
     this process."""
 
@@ -135,7 +117,7 @@ def install_in_actor(estimator: Any) -> list[str]:
 
 
 def first_step_logger(original: Any) -> Any:
-    """``Logger`` in the actor's module (single_controller.py:164): NeMo-RL's logger, checked
+    """``Logger`` in the actor's module: NeMo-RL's logger, checked
     at the end of the first step (:func:`~nemo_mmpo.nemo_rl.actor_outcomes.checked_logger`)
     where this process has our estimator."""
 
@@ -149,12 +131,10 @@ def first_step_logger(original: Any) -> Any:
 
 
 def first_step_put(original: Any, where: str = SINGLE_CONTROLLER_ACTOR) -> Any:
-    """``fields_for_put`` in the actor's module (single_controller.py:1801), or in the stage's
-    (``where``: :data:`ADVANTAGE_STAGE`): until the first step's metrics are reduced, the fields
-    put for the loss are compared with the estimator's output for the chunk
-    (:func:`~nemo_mmpo.nemo_rl.actor_outcomes.check_put`), allowing the clip the stage applied
-    (:func:`stage_clip`); a chunk the estimator was not called for (no training tokens: NeMo-RL
-    puts zeros, :1786) is not."""
+    """``fields_for_put`` in the actor's module, or the stage's (``where``): until the first
+    step's metrics are reduced, the fields put are compared with the estimator's output for the
+    chunk (:func:`~nemo_mmpo.nemo_rl.actor_outcomes.check_put`), allowing the stage's clip; a
+    chunk the estimator was not called for (no training tokens: NeMo-RL puts zeros) is not."""
 
     @functools.wraps(original)
     def fields_for_put(*args: Any, **kwargs: Any) -> Any:

@@ -1,27 +1,10 @@
-"""The first-step checks of NeMo-RL main's single controller, inside its ``SingleControllerActor``
-(issue 69; the other trainers': :mod:`nemo_mmpo.nemo_rl.outcomes`).
-
-The controller builds its logger in the actor (single_controller.py:164, ``Logger(master_config
-.logger)``) and puts each streaming chunk's advantages in the data plane for the loss
-(:1778-1801: ``compute_advantage``, then ``fields_for_put(meta, {"advantages": ...})``, with the
-chunk's ``sample_mask`` when ``grpo.seq_logprob_error_threshold`` masks rows), so both are checked
-there, through the names :mod:`~nemo_mmpo.nemo_rl.actor_hooks` wraps in the actor's module:
-
-- :func:`checked_logger`: the logger in :class:`~nemo_mmpo.nemo_rl.outcomes.FirstStepLogger`,
-  whose first step's ``train`` log must hold the ``mmpo/`` metrics;
-- :func:`check_put`: each first-step chunk's advantages must be the estimator's last output
-  (``last_output``) on the estimator's mask, unchanged: main's controller applies no advantage
-  clip and no message-level penalty, so nothing may change them
-  (:func:`~nemo_mmpo.nemo_rl.outcomes.advantage_difference` with no allowed change). NeMo-RL
-  after our snapshot puts them from its stage's own module (``advantage_stage.py``:
-  ``AdvantageComputer.run``), after clipping them with the recipe's ``grpo.advantage_clip_*``
-  (#3927) and applying its message-level penalties where configured: the changes the GRPO
-  config that clip read asks for (recorded by the hook) are allowed there, nothing else.
-
-Otherwise the actor stops in one line naming the trainer and NeMo-RL's version (the driver
-receives it in Ray's ``RayTaskError``; :func:`nemo_mmpo.errors.handle` prints its cause's line).
-The controller validates nothing (it refuses ``grpo.val_*``): ``evaluation.in_loop`` is refused
-before it trains (:func:`~nemo_mmpo.nemo_rl.refusals.single_controller_problem`).
+"""The first-step checks of NeMo-RL's single controller, inside its ``SingleControllerActor``
+(the other trainers': :mod:`nemo_mmpo.nemo_rl.outcomes`), through the names
+:mod:`~nemo_mmpo.nemo_rl.actor_hooks` wraps there: :func:`checked_logger` (the first step's
+``train`` log must hold ``mmpo/``) and :func:`check_put` (each first-step chunk's advantages put
+for the loss must be the estimator's last output on its mask; the controller applies no clip or
+penalty, a stage in its own module only those its GRPO config asks for). Otherwise the actor
+stops in one line, which the driver prints from Ray's ``RayTaskError``.
 """
 
 from __future__ import annotations
@@ -33,7 +16,7 @@ from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl.outcomes import FirstStepLogger, advantage_difference, allowed_changes
 
 TRAINER = "single controller (run_grpo_single_controller.py)"
-#: the data-plane fields ``_advantage_stage`` puts (``AdvantageConfig``, config.py:800, main)
+#: the data-plane fields ``_advantage_stage`` puts (named in NeMo-RL's ``AdvantageConfig``)
 ADVANTAGES_FIELD = "advantages"
 SAMPLE_MASK_FIELD = "sample_mask"
 

@@ -1,30 +1,11 @@
 """NeMo-RL advantage estimator for MMPO and the paper's baselines.
 
-Implements NeMo-RL's estimator contract (``nemo_rl/algorithms/advantage_estimator.py``):
-constructed from ``(estimator_config, loss_config)``; ``compute_advantage(prompt_ids, rewards,
-mask, **kwargs)`` returns token-level advantages ``[batch, seq_len]``. The config
-(``grpo.adv_estimator``, :mod:`nemo_mmpo.nemo_rl.estimator_settings`) is a plain mapping
-(NeMo-RL v0.7.0's TypedDict) or a pydantic model with extra fields (main).
-
-The step's ``mmpo/`` metrics travel three ways, for the three kinds of trainer:
-
-- NeMo-RL with ``AdvantageResult`` (pull request #3512: trainers read ``.advantages`` and
-  ``.metrics``): the estimator returns one, with the metrics in it;
-- today's ``async_grpo_train`` reads the informal ``last_metrics`` attribute;
-- today's ``grpo_train`` and ``grpo_train_sync`` read neither: they call
-  ``_log_mixed_rewards_and_advantages_information`` right after ``compute_advantage``, and its
-  hook (:mod:`nemo_mmpo.nemo_rl.hooks`) takes the metrics from the estimator the factory hook
-  built (:meth:`MMPOAdvantageEstimator.take_step_metrics`), once.
-
-NeMo-RL main's single controller builds the estimator on the driver, pickles it into its
-``SingleControllerActor`` and calls it once per streaming chunk of a step (complete prompt
-groups each; single_controller.py:1778); it reads no estimator metrics. There the estimator is
-built with ``streaming_chunks=True`` (the factory hook of ``single_controller_utils.setup``):
-each chunk's metrics are kept with their weights, and
-:meth:`MMPOAdvantageEstimator.take_step_metrics` combines them
-into the step's (:func:`combine_chunk_metrics`: the same values as one call on the whole step's
-batch). Unpickled in the actor's process, it hooks that process's step-metric reduction
-(``nemo_mmpo.nemo_rl.actor_hooks``), which takes them once per step.
+NeMo-RL's estimator contract: built from ``(estimator_config, loss_config)``;
+``compute_advantage(prompt_ids, rewards, mask, **kwargs)`` returns token-level advantages. The
+step's ``mmpo/`` metrics travel in an ``AdvantageResult`` where NeMo-RL has one, else in
+``last_metrics`` (the async trainer) and through the logging hook
+(:meth:`MMPOAdvantageEstimator.take_step_metrics`). With ``streaming_chunks=True`` (the single
+controller) each chunk's metrics are combined into the step's (:func:`combine_chunk_metrics`).
 """
 
 from __future__ import annotations
@@ -59,7 +40,7 @@ VALID_MASK = "valid_mask"
 
 
 def row_mask_keywords() -> tuple[str, ...]:
-    """The keywords NeMo-RL passes row validity under: ``valid_mask`` (#3837, #4158), and every
+    """The keywords NeMo-RL passes row validity under: ``valid_mask``, and every
     ``*_mask`` parameter but the token ``mask`` that NeMo-RL's own GRPO estimator declares in
     ``compute_advantage`` (read from its signature, so a NeMo-RL that passes it as, say,
     ``sample_mask=`` has our estimator read it too, not swallow it in ``**kwargs``)."""

@@ -1,26 +1,12 @@
 """NeMo-RL's side of ``install()``'s contract, checked by behaviour, not by one source shape.
 
-:func:`~nemo_mmpo.nemo_rl.install` refuses, before it wraps anything, a NeMo-RL where:
-
-- its version is below :data:`MINIMUM_VERSION` (:func:`version_problem`; NeMo-RL reports it as
-  ``nemo_rl.__version__``, from ``package_info.py``: ``0.7.0`` on v0.7.0, and ``0.6.0`` on main,
-  which has not bumped it; a ``+<git sha>`` may follow);
-- its own estimator factory builds something under one of our names
-  (:func:`estimator_clashes`): the factory is called with each of our names on a minimal config
-  and must answer as it answers a name nobody uses (its unknown-name error, whatever raises it:
-  an ``if``/``elif``, a registry, a ``Literal``); an unknown-name error that does not name the
-  name (the factory failed before reading it) is asked again on NeMo-RL's full default config,
-  and refused where that is blind too; likewise its loss, built with our ``loss_fn.name``
-  (:func:`loss_clashes`), must be what it builds without one;
-- a hooked name is not on the trainer's path (:func:`path_problems`): the object under the name
-  is a function (or class) of another name (an alias kept for an old name), or a trainer that
-  should call it no longer refers to it by that name (renamed, called module-qualified, or not
-  called at all);
-- a loaded NeMo-RL module still holds an original under a name ``install()`` does not wrap and
-  calls it there (:func:`stray_references`): a trainer could reach NeMo-RL's function past ours.
-
-Nothing here imports ``nemo_rl`` except :func:`nemo_rl_version`; the rest reads the objects and
-modules it is handed, and their source files (:mod:`ast`).
+:func:`~nemo_mmpo.nemo_rl.install` refuses, before it wraps anything, a NeMo-RL below
+:data:`MINIMUM_VERSION` (:func:`version_problem`), one that builds something under one of our
+names (:func:`estimator_clashes`, :func:`loss_clashes`), a hooked name off its trainer's path
+(:func:`path_problems`), or an original still called past the hooks (:func:`stray_references`);
+docs/integration.md lists each case. Nothing here imports ``nemo_rl`` except
+:func:`nemo_rl_version`; the rest reads the objects and modules it is handed, and their source
+files (:mod:`ast`).
 """
 
 from __future__ import annotations
@@ -113,14 +99,11 @@ def estimator_clashes(
     factory: Any, names: Iterable[str], default_config: Callable[[], Any] | None = None
 ) -> dict[str, str]:
     """``{name: what NeMo-RL's factory did}`` for each of ``names`` it does not refuse as it
-    refuses :data:`UNKNOWN_NAME` (same error type, same message but for the name); every name
-    when it answers that one without an error (nothing then tells its names from others).
-
-    The factory is asked on a minimal config. Where its error for the unknown name does not
-    name it, it failed before it read the name: every name would fail alike and a clash go
-    unseen. It is then asked again on NeMo-RL's own full default config
-    (``default_config()``: ``(config for a name, where it was read)``, or ``(None, "")``);
-    where that does not reach the name either (or there is none), ``{"": why}``."""
+    refuses :data:`UNKNOWN_NAME` (same error, but for the name); every name when it answers
+    that one without an error. Where its error on a minimal config does not name the unknown
+    name (it failed before reading it: a clash would go unseen), it is asked again on
+    ``default_config()`` (``(config for a name, where)`` or ``(None, "")``); ``{"": why}`` where
+    that is blind too."""
     names = list(names)
     config_of, tried, blind = _estimator_config, ["a minimal config"], []
     while True:
@@ -253,8 +236,8 @@ def local_importers(module: Any, name: str) -> dict[str, set[str]]:
     """``{function: modules}``: each top-level function of ``module`` that imports ``name``
     inside its body (``from M import name``, relative imports resolved), with the modules ``M``
     it imports it from; such a function reads the name from ``M`` when it runs, so it reaches
-    whatever ``install()`` put there (NeMo-RL's #3773: the single controller's
-    ``_build_advantage_estimator`` imports grpo's or ppo's ``_create_advantage_estimator``).
+    whatever ``install()`` put there (as the single controller's ``_build_advantage_estimator``
+    imports grpo's or ppo's ``_create_advantage_estimator`` in some NeMo-RL versions).
     Empty where the source is unreadable."""
     tree = _module_tree(module)
     found: dict[str, set[str]] = {}

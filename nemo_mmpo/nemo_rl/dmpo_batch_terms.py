@@ -1,24 +1,16 @@
 """DMPO in NeMo-RL, the part without NeMo-RL imports: settings and per-batch penalty terms.
 
-DMPO (``loss_fn.name: dmpo``) trains GRPO's clipped surrogate plus ``weight * penalty``, the
-distribution-matching penalty of :mod:`nemo_mmpo.dmpo`. The penalty couples the responses of a
-prompt group (two softmaxes over the group), while NeMo-RL splits a batch across data-parallel
-ranks, micro-batches and packed sequences, and calls the loss on each piece. So the penalty is
-linearised once per batch, on the driver, at the log-probabilities NeMo-RL computed just before
-(``prev_logprobs``, the policy the optimizer starts from):
+DMPO's penalty (:mod:`nemo_mmpo.dmpo`) couples the responses of a prompt group, while NeMo-RL
+calls the loss on pieces of a batch (data-parallel ranks, micro-batches, packed sequences). So
+it is linearised once per batch, on the driver, at ``prev_logprobs``:
 
     term = sum_j share_j + gradient_j * (phi_j - phi_j_before),
 
-with ``phi_j`` response ``j``'s token-mean log-probability. Each response's part needs only its
-own tokens, so the term's sum over any split of the batch is the same; at the first optimizer
-step of a batch (``phi = phi_before``) its value is the penalty and its gradient the penalty's
-gradient, exactly. With the paper's one optimizer step per batch that is every step; with
-several (``policy.train_global_batch_size`` below the batch), later steps use the first-order
-term, and the run plan says so.
-
-:func:`attach_penalty_terms` adds ``dmpo_penalty_share`` and ``dmpo_penalty_gradient``
-(``[batch]``) to NeMo-RL's ``train_data``; :class:`~nemo_mmpo.nemo_rl.loss.DMPOLossFn` reads
-them in the policy workers.
+with ``phi_j`` response ``j``'s token-mean log-probability: each response's part needs only its
+own tokens, so the sum over any split of the batch is the same, and at the first optimizer step
+of a batch its value and gradient are the penalty's, exactly (later steps of the same batch use
+the first-order term; the run plan says so). :func:`attach_penalty_terms` adds the terms to
+NeMo-RL's ``train_data``; :class:`~nemo_mmpo.nemo_rl.loss.DMPOLossFn` reads them in the workers.
 """
 
 from __future__ import annotations
@@ -136,8 +128,7 @@ def batch_terms(train_data: Any, loss_config: Any) -> dict[str, float]:
 
 def forced_ratio_problem(loss_config: Any) -> str | None:
     """Why DMPO cannot train with this ``loss_fn``, or None: ``force_on_policy_ratio`` makes
-    NeMo-RL skip ``prev_logprobs`` (zeros; v0.7.0 grpo.py:2636, main
-    ``_resolve_logprob_skip_flags``), where the penalty is linearised."""
+    NeMo-RL skip ``prev_logprobs`` (zeros), where the penalty is linearised."""
     if not is_dmpo_loss(loss_config) or not sections.value(loss_config, "force_on_policy_ratio"):
         return None
     return (

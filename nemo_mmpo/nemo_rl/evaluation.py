@@ -1,20 +1,12 @@
 """The paper's evaluation inside NeMo-RL's loop, at ``grpo.val_period``.
 
-With ``evaluation.enabled`` and ``evaluation.in_loop`` in the recipe, the hooked ``validate``
-(:mod:`nemo_mmpo.nemo_rl.hooks`) runs :func:`validate_in_loop` instead of NeMo-RL's validation:
-the benchmarks of ``evaluation.benchmarks`` sampled at the protocol's own settings (the paper:
-16 samples, temperature 0.6, top-p 0.95) through the generation engine, graded by the training
-reward's Math-Verify scorer, written and measured by :func:`nemo_mmpo.eval.protocol.
-evaluate_step`. It returns what NeMo-RL's ``validate`` returns, so NeMo-RL logs the metrics
-(under ``validation/paper/``, at the training step) and its checkpoint manager can select by
-them (``checkpointing.metric_name: val:paper/average``); ``accuracy`` stays, pooled.
-
-The engine must sample with settings of its own: ``sample_texts(prompts, samples, seed,
-temperature=, top_p=, max_new_tokens=)`` (the CPU engines, NeMo-RL's ``VllmGeneration`` on CPU
-included: :class:`nemo_mmpo.cpu.engines.vllm_generation.CPUVllmGeneration`). NeMo-RL's vLLM engines
-on a GPU sample with the training settings fixed at start-up, so GPU recipes evaluate their
-checkpoints alongside training with ``nemo-mmpo eval watch`` instead
-(``evaluation.in_loop: false``).
+With ``evaluation.enabled`` and ``evaluation.in_loop``, the hooked ``validate`` runs
+:func:`validate_in_loop` instead of NeMo-RL's validation (docs/evaluation.md) and returns what
+NeMo-RL's ``validate`` returns, so NeMo-RL logs the metrics (under ``validation/paper/``) and its
+checkpoint manager can select by them. The engine must sample with settings of its own
+(``sample_texts(prompts, samples, seed, temperature=, top_p=, max_new_tokens=)``: the CPU
+engines); NeMo-RL's vLLM engines on a GPU sample with the training settings fixed at start-up, so
+GPU recipes evaluate their checkpoints with ``nemo-mmpo eval watch`` instead.
 """
 
 from __future__ import annotations

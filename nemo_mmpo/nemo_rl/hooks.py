@@ -1,83 +1,13 @@
-"""``install()``: make NeMo-RL's GRPO build our estimators and loss, without a fork.
+"""``install()``: make NeMo-RL's GRPO trainers build our estimators and loss, without a fork.
 
-NeMo-RL has no registry for advantage estimators or losses: ``_create_advantage_estimator``
-in ``nemo_rl.algorithms.grpo`` is an if/elif that raises on unknown names, and ``setup()``
-constructs ``ClippedPGLossFn`` directly. Both are module globals looked up at call time, and
-the other trainers import them by name, so :func:`install` wraps the name in each module that
-calls it (:data:`HOOKS`, per trainer; line numbers main / v0.7.0):
-
-- ``grpo`` (``grpo_train``, ``async_grpo_train``):
-
-  - ``_create_advantage_estimator`` (grpo.py:2249 / :1773): our
-    :class:`MMPOAdvantageEstimator` when ``grpo.adv_estimator.name`` is one of ours, NeMo-RL's
-    own otherwise;
-  - ``ClippedPGLossFn`` (built in ``setup()``, grpo.py:695 / :426): our loss when
-    ``loss_fn.name`` is ``mmpo`` or ``dmpo``, NeMo-RL's otherwise;
-  - ``_log_mixed_rewards_and_advantages_information`` (grpo.py:2430 / :1972): also adds the step
-    metrics of the estimator the factory hook built last (the synchronous trainers call it
-    right after ``compute_advantage``, and ignore ``last_metrics``);
-  - ``_apply_configured_message_level_advantage_penalties`` (grpo.py:2095 / :1626, called by
-    ``grpo_train`` and ``async_grpo_train`` with the training batch, after advantages and
-    ``prev_logprobs``): with ``loss_fn.name: dmpo``, also adds DMPO's per-response penalty terms
-    to the batch and the ``dmpo/`` metrics to the step (:mod:`nemo_mmpo.nemo_rl.dmpo_batch_terms`);
-  - ``validate`` (grpo.py:3822 / :3139): with ``evaluation.enabled`` and ``evaluation.in_loop``,
-    the paper's evaluation protocol instead of NeMo-RL's validation
-    (:mod:`nemo_mmpo.nemo_rl.evaluation`); NeMo-RL's otherwise.
-
-- ``grpo_sync`` (``grpo_train_sync``, ``data_plane.enabled: true``): the factory and the metrics
-  as above (the factory refuses ``loss_fn.name: dmpo``: this trainer never calls the penalties
-  hook, grpo_sync.py:92 / :89); ``grpo_train_sync`` (:380 / :371) to know its generation engine,
-  and ``validate_sync`` (:236 / :226, called at :510 and :1016) as ``validate`` above.
-- ``single_controller_utils.setup`` (main only): the factory (setup.py:784) as above, building
-  the estimator with ``streaming_chunks=True``, and ``ClippedPGLossFn`` (:787), which refuses
-  ``dmpo`` (the single controller never calls the penalties hook). Where ``setup.py`` imports
-  the factory inside a function instead (NeMo-RL's merged #3773: ``_build_advantage_estimator``
-  imports grpo's, or ppo's for a PPO run, when it runs), the hook follows the factory
-  (:attr:`Hook.follow`): that function is hooked, and the factory hook it reaches builds on the
-  single controller's terms; an import from a module whose factory is not hooked is refused.
-- ``single_controller`` (main only): ``reduce_advantage_pump_metrics`` (single_controller.py:1074,
-  once per step inside the ``SingleControllerActor``, after the step's chunks): also adds the
-  step's ``mmpo/`` metrics, combined over its chunks. The estimator is built on the driver and
-  pickled into the actor, whose process ``install()`` never ran: unpickling it there applies
-  this one hook in that process, when the actor's module is imported
-  (:mod:`~nemo_mmpo.nemo_rl.actor_hooks`), and it reads that estimator. There it also wraps
-  ``Logger`` (:164) and ``fields_for_put`` (:1801) for the first step's checks
-  (:mod:`~nemo_mmpo.nemo_rl.actor_outcomes`); ``install()`` checks that the actor calls them.
-  Where NeMo-RL has the stage's own module (``single_controller_utils/advantage_stage.py``,
-  after our snapshot), ``fields_for_put`` is checked there, called by ``AdvantageComputer.run``.
-- ``single_controller_utils`` (main only): ``setup_single_controller``, as
-  ``run_grpo_single_controller.py`` imports it: refused in one line on a Ray cluster without
-  GPUs, unless the CPU rig's answers are in place (:mod:`nemo_mmpo.cpu.answers.single_controller`).
-- ``ppo`` (``run_ppo.py``): ``ClippedPGLossFn`` (ppo.py:476 / :351) and
-  ``_create_advantage_estimator`` (:1125 / :816) refuse our names: PPO's loop is not ours, and
-  unhooked it would train NeMo-RL's loss under our name.
-
-Before it wraps anything, :func:`install` checks NeMo-RL's side of the contract and refuses,
-in one error naming NeMo-RL's version and the versions we support, when NeMo-RL is older than
-0.6.0, a module that exists lacks a hook point, a function lacks a parameter its wrapper reads
-by name (``inspect.signature``), a hooked name is off its trainers' path (an alias, or a
-trainer that no longer calls it by that name), a loaded module calls an original past the
-hooks, or NeMo-RL builds something under one of our names (its factory and loss called with
-them: :mod:`~nemo_mmpo.nemo_rl.contract`). Refused, not renamed: our factory answers first, so
-such a name would silently stop meaning NeMo-RL's estimator, and renaming ours would silently
-change what existing recipes train; either way one name would mean two estimators depending on
-the installed NeMo-RL. ``grpo_train`` and ``async_grpo_train`` are hooked to refuse, before
-their first step, what the recipe needs and this NeMo-RL or driver cannot give (DMPO's loss and
-penalties hook, ``validate`` for ``evaluation.in_loop``;
-:func:`~nemo_mmpo.nemo_rl.refusals.trainer_problem`), as ``grpo_train_sync`` is for
-``validate_sync``; and all three to stop at the end of their first step where what the hooks
-add did not land there (:mod:`~nemo_mmpo.nemo_rl.outcomes`).
-
-Where NeMo-RL's ``MasterConfig`` lists its own estimator names as a ``Literal`` (pull request
-#3773), our names are added to it (:mod:`nemo_mmpo.nemo_rl.literal_names`), and every
-``MasterConfig`` holding it (``grpo``'s, the single controller's, whose ``grpo`` #3773 makes
-optional beside ``ppo``) is rebuilt, so that ``run_grpo.py``'s and
-``run_grpo_single_controller.py``'s ``MasterConfig(**config)`` keep accepting ``name: mmpo``;
-where such a ``Literal`` sits where our names cannot be added, :func:`install` refuses.
-It also puts this package on ``PYTHONPATH`` for NeMo-RL's Ray workers, which unpickle our loss.
-Idempotent. This module holds the table (:data:`HOOKS`), the contract checks and
-:func:`install`; the replacements are in :mod:`~nemo_mmpo.nemo_rl.wrappers`, what each trainer
-refuses in :mod:`~nemo_mmpo.nemo_rl.refusals`.
+NeMo-RL has no registry for estimators or losses (its factory is an if/elif, ``setup()`` builds
+``ClippedPGLossFn`` itself), and each trainer imports those names, so :func:`install` wraps each
+name in each module that calls it: :data:`HOOKS` is that table, per trainer (the replacements:
+:mod:`~nemo_mmpo.nemo_rl.wrappers`). Before wrapping anything it checks NeMo-RL's side of the
+contract (:mod:`~nemo_mmpo.nemo_rl.contract`) and refuses in one error; it adds our names where
+NeMo-RL's config lists its own as a ``Literal`` (:mod:`~nemo_mmpo.nemo_rl.literal_names`) and
+puts this package on the Ray workers' ``PYTHONPATH``. Idempotent. What each hook does and why,
+and what is refused: docs/integration.md.
 """
 
 from __future__ import annotations
@@ -144,21 +74,16 @@ def _hook_error(detail: str) -> RuntimeError:
 class Hook:
     """One name :func:`install` replaces in one NeMo-RL module.
 
-    ``wrap(original)`` returns the replacement, which reads the parameters ``reads`` of
-    NeMo-RL's ``original`` by name; ``callers``: the module's trainers (functions, or
-    ``Class.method``) that must call it by that name (:func:`~nemo_mmpo.nemo_rl.contract.
-    path_problems`); ``answers_ours``: it answers our estimator names (``"estimator"``) or
-    loss names (``"loss"``) before NeMo-RL does, which must not build anything under them
-    (:func:`~nemo_mmpo.nemo_rl.contract.estimator_clashes`, ``loss_clashes``); ``required``: a
-    module without the name is refused (otherwise it is hooked where present, and a recipe
-    that needs it is refused before the first step where it is absent).
+    ``wrap(original)`` returns the replacement, which reads the parameters ``reads`` by name;
+    ``callers``: the trainers (functions, or ``Class.method``) that must call it by that name;
+    ``answers_ours``: it answers our ``"estimator"`` or ``"loss"`` names before NeMo-RL, which
+    must not build anything under them; ``required``: a module without the name is refused
+    (otherwise a recipe that needs it is refused before the first step).
 
-    ``follow``: the modules where the name is hooked too; each function of this module that
-    imports the name from one of them inside its body (NeMo-RL #3773's
-    ``_build_advantage_estimator``) reaches that module's hook when it runs, and is hooked with
-    ``follow_wrap`` (which gives the call this module's terms, reading ``master_config``); such
-    a function stands in for the name where the module lacks it, and one importing it from
-    elsewhere is refused.
+    ``follow``: the modules where the name is hooked too; a function of this module that imports
+    the name from one of them inside its body (as the single controller's
+    ``_build_advantage_estimator`` does in some NeMo-RL versions) is hooked with ``follow_wrap``,
+    which gives the call this module's terms; one importing it from elsewhere is refused.
     """
 
     wrap: Callable[[Any], Any]
@@ -212,8 +137,8 @@ HOOKS: dict[str, dict[str, Hook]] = {
         ),
     },
     SINGLE_CONTROLLER: {
-        # main: imported from grpo and called by setup_single_controller (setup.py:784); #3773:
-        # imported from grpo or ppo inside _build_advantage_estimator, which is hooked instead
+        # imported from grpo and called by setup_single_controller; where NeMo-RL imports it
+        # from grpo or ppo inside _build_advantage_estimator, that function is hooked instead
         "_create_advantage_estimator": Hook(
             wrappers.single_controller_estimator_factory,
             ("master_config",),
@@ -459,7 +384,7 @@ def _reach_ray_workers() -> str:
 
 
 def install(loss: bool = True) -> list[str]:
-    """Hook our estimators and loss into NeMo-RL's trainers (see the module's docstring).
+    """Hook our estimators and loss into NeMo-RL's trainers (docs/integration.md).
 
     Safe to call many times. Call it in the driver before NeMo-RL starts Ray.
 
@@ -470,14 +395,11 @@ def install(loss: bool = True) -> list[str]:
             ``install(loss=False)``. PPO's is hooked either way (it refuses our names).
 
     Returns:
-        Every ``module.attribute`` of NeMo-RL that is hooked after the call (those hooked by an
-        earlier call included).
+        Every ``module.attribute`` of NeMo-RL hooked after the call (earlier calls included).
 
     Raises:
-        RuntimeError: NeMo-RL fails to import; a trainer's module lacks a hook point or a
-            parameter a hook reads; NeMo-RL's estimator factory knows one of our names; or Ray
-            is already running without nemo_mmpo on the workers' ``PYTHONPATH``. Nothing is
-            hooked then.
+        RuntimeError: NeMo-RL fails to import or breaks the contract (docs/integration.md), or
+            Ray runs without nemo_mmpo on the workers' ``PYTHONPATH``. Nothing is hooked then.
     """
     load_from_environment()  # the run's plug-ins (nemo_mmpo.plugins) and entry points
     points = _hook_points(loss)

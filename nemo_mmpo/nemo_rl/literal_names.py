@@ -1,23 +1,12 @@
 """Our estimator names inside a NeMo-RL whose estimator config lists its own as a ``Literal``.
 
-NeMo-RL pull request #3773 (``feat(sc): support PPO in single controller``, merged after our
-main snapshot of 2026-08-22) types the estimator config (``AdvEstimatorConfig`` in
-``advantage_estimator.py``, as merged; its discussion called it ``AdvantageEstimatorConfig``) and
-narrows ``grpo.adv_estimator.name`` to a ``Literal`` of NeMo-RL's own names, so a
-``MasterConfig(**config)`` would refuse ``name: mmpo`` before our factory hook is ever called.
-It also makes the single controller's ``MasterConfig`` hold ``grpo: Optional[GRPOConfig]``
-beside a new ``ppo: Optional[PPOConfig]`` (whose estimator config, ``GAEConfig``, has a
-``Literal`` of its own: ``gae``, ``raw_reward``, where our names stay refused). So two
-``MasterConfig`` s hold the same ``GRPOConfig``: :func:`accept_our_estimator_names` adds our
-names (:func:`~nemo_mmpo.nemo_rl.estimator_settings.estimator_names`) to the ``Literal`` once and
-rebuilds, innermost first, every model of the chain that has not been rebuilt since (the
-estimator config, ``GRPOConfig``, then each ``MasterConfig`` it is called with): every other
-name stays refused as before. :func:`unreachable_literal` names a ``Literal`` ``name`` that the
-chain cannot reach (a union of several models on the way), where ``install()`` refuses.
-:func:`~nemo_mmpo.nemo_rl.install` applies both to the imported NeMo-RL; the dry run to the
-``MasterConfig`` it reads from the checkout's source (:mod:`nemo_mmpo.launch.declared_types`).
-Where ``name`` is a plain ``str`` (v0.7.0's ``TypedDict``, main of 2026-08-22) nothing changes.
-No ``nemo_rl`` import here.
+There ``MasterConfig(**config)`` would refuse ``name: mmpo`` before our factory hook is called.
+:func:`accept_our_estimator_names` adds our names to the ``Literal`` once and rebuilds, innermost
+first, every model of the chain not rebuilt since (estimator config, ``GRPOConfig``, each
+``MasterConfig`` holding it: grpo's and the single controller's); every other name stays refused,
+and PPO's own ``Literal`` is left alone. :func:`unreachable_literal` names a ``Literal`` the chain
+cannot reach (a union of models on the way), which ``install()`` refuses. Where ``name`` is a
+plain ``str`` nothing changes. No ``nemo_rl`` import here.
 """
 
 from __future__ import annotations

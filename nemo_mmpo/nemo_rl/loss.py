@@ -1,22 +1,12 @@
 """MMPO's loss for NeMo-RL: NeMo-RL's clipped surrogate, exactly as configured.
 
-The paper (Eq. mmpo_surrogate) maximises ``min(rho A, clip(rho, 1-eps, 1+eps) A)`` with
-eps = 0.2 and no KL term: NeMo-RL's ``ClippedPGLossFn`` with the settings of
-:data:`nemo_mmpo.nemo_rl.paper_settings.PAPER_LOSS_SETTINGS`, which every recipe sets in
-``loss_fn``. ``loss_fn.name: mmpo`` computes what NeMo-RL's loss computes for the same
-``loss_fn`` (the trainer reads the same config, e.g. to skip ``prev_logprobs`` under
-``force_on_policy_ratio`` or the reference model when the KL weight is 0, so a private rewrite
-would mis-train) and reports, once, the settings that differ from the paper's. The ``mmpo/``
-advantage metrics are computed once per step by the estimator
-(:class:`~nemo_mmpo.nemo_rl.advantage_estimator.MMPOAdvantageEstimator`), not in every
-micro-batch here, so this loss costs what NeMo-RL's does.
-
-``loss_fn.name: dmpo`` (:class:`DMPOLossFn`) is the same surrogate plus DMPO's weighted
-distribution-matching penalty, linearised once per batch
-(:mod:`nemo_mmpo.nemo_rl.dmpo_batch_terms`).
-
-This module imports ``nemo_rl``; it is loaded by :func:`nemo_mmpo.nemo_rl.install` on the
-driver and by unpickling in NeMo-RL's policy workers.
+``loss_fn.name: mmpo`` computes what NeMo-RL's ``ClippedPGLossFn`` computes for the same
+``loss_fn`` (the trainer reads that config too, e.g. to skip ``prev_logprobs`` or the reference
+model, so a private rewrite would mis-train) and reports, once, the settings that differ from
+the paper's (:data:`nemo_mmpo.nemo_rl.paper_settings.PAPER_LOSS_SETTINGS`). The ``mmpo/``
+metrics are computed once per step by the estimator, not in every micro-batch here, so this loss
+costs what NeMo-RL's does. ``loss_fn.name: dmpo`` is :class:`DMPOLossFn`. This module imports
+``nemo_rl``: it is loaded by ``install()`` on the driver and by unpickling in the policy workers.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """First-step outcome checks: what ``install()`` hooks must also land where it matters.
 
-``install()`` checks where its hooks sit in NeMo-RL's code; a NeMo-RL can keep every hook point
-and still lose what they produce (a trainer that logs its estimator metrics only for NeMo-RL's
-own estimator classes, a metrics call gated by a logger setting, DMPO's metrics merged into
-another dict, validation skipped, advantages clamped or masked between the estimator and the
-loss). So the hooked GRPO trainers (``grpo_train``, ``async_grpo_train``, ``grpo_train_sync``)
-run with two of their arguments passed through a checker:
-
-- ``logger``, in :class:`FirstStepLogger`: at the end of the trainer's first step, the step's
-  ``train`` metrics must hold ``mmpo/`` when the recipe trains one of our estimators, and
-  DMPO's batch-term metrics (:data:`DMPO_BATCH_METRIC`) with ``loss_fn.name: dmpo``; the
-  paper's in-loop evaluation (``evaluation.in_loop``) must have run before step 1 with
-  ``grpo.val_at_start``, and at the end of the first step ``grpo.val_period`` asks for;
-- ``policy``, in :class:`FirstStepPolicy`: the advantages of its first training call
-  (``policy.train``'s batch; ``write_to_dataplane``'s fields in ``grpo_train_sync``) must be
-  the estimator's last output on the estimator's token mask (:func:`advantage_difference`),
-  where the recipe's own advantage clip and message-level penalties are the only changes
-  allowed; and the first step must have trained through one of those calls.
-
-Otherwise the run stops there in one line naming the trainer and NeMo-RL's version (the
-advantages before the policy trains on them): one step costs less than a run trained without
-a word of what it was for. The first step is the first step number on a ``train`` or
-``timing/train`` log; its metrics are every key logged at that number under any prefix (a
-NeMo-RL that logs the estimator's metrics under another prefix still shows them). It ends, for
-the check, at its ``timing/train`` log (NeMo-RL logs it right after the ``train`` metrics), at
-the first log of a later step, or when the trainer returns; a trainer that trained its policy
-but never logged a ``train`` or ``timing/train`` step is stopped when it returns.
+A NeMo-RL can keep every hook point and still lose what the hooks produce, so the hooked GRPO
+trainers run with their ``logger`` in :class:`FirstStepLogger` (the first step's metrics must
+hold ``mmpo/``, DMPO's :data:`DMPO_BATCH_METRIC` and the in-loop evaluation where the recipe
+asks for them) and their ``policy`` in :class:`FirstStepPolicy` (its first training call must
+bring the estimator's output, :func:`advantage_difference`). Otherwise the run stops in one
+line: one step costs less than a run trained without a word of what it was for. The first step
+is the first step number on a ``train`` or ``timing/train`` log (its metrics: every key logged
+at that number, any prefix); it ends at its ``timing/train`` log, at a later step's first log,
+or when the trainer returns.
 """
 
 from __future__ import annotations
@@ -47,7 +30,7 @@ DMPO_BATCH_METRIC = f"{DMPO_METRICS}counted_groups"
 #: the steps at which the hooked validation ran the paper's evaluation in this process
 in_loop_steps: list[int] = []
 #: NeMo-RL's settings that overwrite flagged message spans' advantages with their value
-#: (``_apply_message_level_advantage_penalties``, grpo.py:1985 main)
+#: (NeMo-RL's ``_apply_message_level_advantage_penalties``)
 PENALTY_KEYS = ("invalid_tool_call_advantage", "malformed_thinking_advantage")
 
 
@@ -89,8 +72,8 @@ class FirstStepLogger:
         #: the metric keys logged at each step number, under any prefix, until the first
         #: step is checked
         self._logged: dict[int, set[str]] = {}
-        #: the error a check raised (a trainer that catches it, as v0.7.0's async loop does at
-        #: grpo.py:4321, has it raised again when it returns: ``wrappers.checking_first_step``)
+        #: the error a check raised (a trainer that catches it, as v0.7.0's async loop does,
+        #: has it raised again when it returns: ``wrappers.checking_first_step``)
         self.error: MMPOInputError | None = None
         self._pending = bool(self._expected or self._validates_at_start or self._val_period)
 

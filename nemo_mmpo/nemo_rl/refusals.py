@@ -73,12 +73,9 @@ OVERLAP_VALIDATION = "grpo.async_grpo.overlap_validation"
 
 def trainer_problem(trainer: str, module: Any, loss: Any, validation: str) -> Problem:
     """What the recipe needs that NeMo-RL's ``trainer`` (in ``module``) cannot give it, checked
-    when the trainer starts, before its first step: DMPO needs DMPO's loss to reach the trainer
-    (not NeMo-RL's, built by a driver with ``install(loss=False)`` or by a ``setup()`` that
-    builds it under another name) and the hooked penalties hook (``loss=None``: a trainer
-    that never calls it, refused elsewhere); ``evaluation.in_loop`` needs the hooked
-    ``validation`` function, called in the training loop (not overlapped on a background
-    thread, :data:`OVERLAP_VALIDATION`)."""
+    before its first step: DMPO needs DMPO's loss to reach the trainer and the hooked penalties
+    hook (``loss=None``: a trainer that never calls it, refused elsewhere); ``evaluation.in_loop``
+    needs the hooked ``validation`` function, called in the loop (:data:`OVERLAP_VALIDATION`)."""
 
     def problem(master_config: Any) -> str | None:
         loss_config = sections.value(master_config, "loss_fn")

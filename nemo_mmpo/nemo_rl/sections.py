@@ -1,14 +1,7 @@
-"""One way to read a config section, whatever NeMo-RL hands over.
-
-NeMo-RL v0.7.0 passes config sections as plain mappings (``TypedDict``); main passes pydantic
-models, some with extra fields (``model_extra``). Everything in nemo-mmpo reads config through
-these three functions:
-
-- :func:`value`: ``value(config, "grpo.adv_estimator.name", default)``, a dotted path through
-  mappings and models alike (a model's field, or one of its extras);
-- :func:`present_keys`: the keys a section holds (a mapping's keys; a model's fields that were
-  set, and its extras);
-- :func:`plain`: the section as plain dicts and lists.
+"""One way to read a config section, whatever NeMo-RL hands over: plain mappings (v0.7.0's
+``TypedDict``) or pydantic models with extra fields (main). :func:`value` reads a dotted path
+through both, :func:`present_keys` the keys a section holds, :func:`plain` the section as plain
+dicts and lists.
 """
 
 from __future__ import annotations

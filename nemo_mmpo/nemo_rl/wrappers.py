@@ -1,10 +1,6 @@
-"""The replacements :func:`~nemo_mmpo.nemo_rl.hooks.install` puts in place of NeMo-RL's names:
-each function here takes NeMo-RL's original and returns its wrapper (the table of which name
-gets which, per trainer, is :data:`~nemo_mmpo.nemo_rl.hooks.HOOKS`). A wrapper reads the
-arguments it needs by name, bound to the original's signature (:func:`bound_arguments`); the
-state they share is the estimator the factory hook built last (held weakly), whose metrics the
-logging hook takes, and the generation engine of the ``grpo_train_sync`` call in progress, which
-``validate_sync`` does not receive."""
+"""The replacements :func:`~nemo_mmpo.nemo_rl.hooks.install` puts in place of NeMo-RL's names
+(which gets which: :data:`~nemo_mmpo.nemo_rl.hooks.HOOKS`): each takes NeMo-RL's original and
+returns its wrapper, which reads the arguments it needs by name (:func:`bound_arguments`)."""
 
 from __future__ import annotations
 
@@ -61,9 +57,8 @@ _sync_generation: Any = None
 #: The losses of the hooked GRPO trainer calls in progress, innermost last: the loss that trains
 #: (the penalties hook adds DMPO's terms only when it is DMPO's).
 _training_losses: list[Any] = []
-#: ``(problem, streaming_chunks)`` of the trainer whose estimator builder is running (NeMo-RL
-#: #3773: the single controller's ``_build_advantage_estimator`` imports grpo's factory inside
-#: its body): the factory hook it reaches builds on those terms instead of its own.
+#: ``(problem, streaming_chunks)`` of the trainer whose estimator builder is running: the factory
+#: hook it reaches (imported inside the builder) builds on those terms instead of its own.
 _builder_terms: contextvars.ContextVar[tuple[Problem | None, bool] | None] = contextvars.ContextVar(
     "nemo_mmpo_builder_terms", default=None
 )
@@ -306,8 +301,7 @@ def validation(original: Any) -> Any:
 
 
 def sync_trainer(original: Any) -> Any:
-    """``grpo_train_sync`` (grpo_sync.py:380 / :371): NeMo-RL's, its generation engine
-    remembered for the call (for :func:`sync_validation`)."""
+    """``grpo_train_sync``: NeMo-RL's, its engine remembered for :func:`sync_validation`."""
 
     @functools.wraps(original)
     def grpo_train_sync(*args: Any, **kwargs: Any) -> Any:
@@ -326,9 +320,7 @@ def sync_trainer(original: Any) -> Any:
 
 
 def sync_validation(original: Any) -> Any:
-    """``validate_sync`` (grpo_sync.py:236 / :226; called at :510 and :1016 / :506 and :979,
-    which unpack ``(metrics, timings)``): the paper's evaluation with ``evaluation.in_loop``,
-    as :func:`validation`; NeMo-RL's otherwise."""
+    """``validate_sync``: as :func:`validation` (its callers unpack ``(metrics, timings)``)."""
 
     @functools.wraps(original)
     def validate_sync(*args: Any, **kwargs: Any) -> Any:
@@ -353,29 +345,23 @@ def sync_validation(original: Any) -> Any:
 
 # --- per trainer ------------------------------------------------------------------------------
 def sync_estimator_factory(original: Any) -> Any:
-    """``grpo_sync``'s factory: ours, and DMPO refused (``grpo_train_sync`` never calls the
-    penalties hook; NeMo-RL refuses message-level penalties there, grpo_sync.py:92 / :89)."""
+    """``grpo_sync``'s factory: DMPO refused (``grpo_train_sync`` never calls the penalties
+    hook)."""
     trainer = "grpo_train_sync (data_plane.enabled=true)"
     return estimator_factory(original, in_master_config(batch_terms_refused(trainer)))
 
 
 def single_controller_estimator_factory(original: Any) -> Any:
-    """The single controller's factory (setup.py:784): ours, called once per streaming chunk
-    in its actor (single_controller.py:1778), so its metrics combine over a step's chunks; and
-    DMPO and evaluation.in_loop refused here too (:func:`~nemo_mmpo.nemo_rl.refusals.
-    single_controller_problem`: no penalties hook, no validation), also for a driver
-    that builds its own loss (``install(loss=False)``)."""
+    """The single controller's factory: ours with streaming chunks (called once per chunk in
+    its actor); DMPO and ``evaluation.in_loop`` refused, also with ``install(loss=False)``."""
     trainer = "single controller (run_grpo_single_controller.py)"
     return estimator_factory(original, single_controller_problem(trainer), True)
 
 
 def single_controller_builder(original: Any) -> Any:
-    """A function of the single controller's setup that imports an estimator factory inside its
-    body (NeMo-RL #3773: ``_build_advantage_estimator``, grpo's factory for a GRPO run, ppo's
-    for a PPO run): the factory hook it reaches builds on the single controller's terms
-    (streaming chunks, DMPO refused), as :func:`single_controller_estimator_factory` does where
-    setup.py imports the factory itself. Whatever it reaches, a ``grpo.adv_estimator.name`` of
-    ours that does not come back as our estimator stops the run in one line."""
+    """A function of the single controller's setup that imports a factory inside its body
+    (``_build_advantage_estimator``): the factory hook it reaches builds on the single
+    controller's terms; our name coming back as anything else stops the run in one line."""
     trainer = "single controller (run_grpo_single_controller.py)"
     terms = (single_controller_problem(trainer), True)
 
@@ -408,10 +394,8 @@ def single_controller_builder(original: Any) -> Any:
 
 
 def advantage_actor_pool(original: Any) -> Any:
-    """``create_advantage_actors`` (NeMo-RL after our snapshot, ``advantage_actor.py``: the
-    single controller's advantage stage in a pool of CPU actors, ``async_rl.num_advantage_workers
-    > 0``): refused for our estimators, whose ``mmpo/`` metrics would stay in those actors and
-    never reach the step's log; NeMo-RL's otherwise."""
+    """``create_advantage_actors``: refused for our estimators, whose ``mmpo/`` metrics would
+    stay in the pool's actors."""
 
     @functools.wraps(original)
     def create_advantage_actors(*args: Any, **kwargs: Any) -> Any:
@@ -432,18 +416,15 @@ def advantage_actor_pool(original: Any) -> Any:
     return create_advantage_actors
 
 
-#: Set by the CPU rig while its answers for the single controller's setup are in place
-#: (:func:`nemo_mmpo.cpu.answers.single_controller.answered`): a Ray cluster without GPUs is then
-#: answered, not refused, by :func:`gpu_only_setup`.
+#: Set by the CPU rig while its answers for the single controller's setup are in place: a Ray
+#: cluster without GPUs is then answered, not refused, by :func:`gpu_only_setup`.
 CPU_RIG_ANSWERS = {"single_controller": False}
 
 
 def gpu_only_setup(original: Any) -> Any:
-    """``setup_single_controller`` (run_grpo_single_controller.py:138): refused in one line on a
-    Ray cluster without GPUs, where NeMo-RL's single controller cannot run (docs/integration.md:
-    ``use_gpus=True`` at setup.py:147, 184, 193; the split training API's CUDA calls; async
-    vLLM), before NeMo-RL's own ``ResourceInsufficientError``, unless the CPU rig answers those
-    (:data:`CPU_RIG_ANSWERS`); NeMo-RL's otherwise."""
+    """``setup_single_controller``: refused in one line on a Ray cluster without GPUs (before
+    NeMo-RL's ``ResourceInsufficientError``), unless the CPU rig answers (:data:`CPU_RIG_ANSWERS`).
+    """
 
     @functools.wraps(original)
     def setup_single_controller(*args: Any, **kwargs: Any) -> Any:
@@ -466,17 +447,16 @@ def gpu_only_setup(original: Any) -> Any:
 
 
 def single_controller_loss_factory(original: type) -> Any:
-    """The single controller's loss (setup.py:787): ours, and DMPO refused (it never calls the
-    penalties hook)."""
+    """The single controller's loss: DMPO refused (it never calls the penalties hook)."""
     trainer = "single controller (run_grpo_single_controller.py)"
     return loss_factory(original, batch_terms_refused(trainer))
 
 
 def ppo_estimator_factory(original: Any) -> Any:
-    """PPO's factory (ppo.py:1125 / :816): NeMo-RL's, our names refused."""
+    """PPO's factory: NeMo-RL's, our names refused."""
     return refusing(original, "master_config", ppo_estimator_problem(factory_names(original)))
 
 
 def ppo_loss_factory(original: type) -> Any:
-    """PPO's ``ClippedPGLossFn`` (ppo.py:476 / :351): NeMo-RL's, our names refused."""
+    """PPO's ``ClippedPGLossFn``: NeMo-RL's, our names refused."""
     return refusing(original, "cfg", ppo_loss_problem)
