@@ -11,7 +11,8 @@ wheel in the driver's environment only; it reaches the workers through ``PYTHONP
 
 What is asserted: the driver's environment cannot import vLLM or Megatron (the workers'
 can, each only its own); the README's recipe with ``base/tiny_cpu_engines.yaml`` (NeMo-RL's
-``VllmGeneration`` and ``MegatronPolicyWorker``) trains from a user's folder, its workers on
+``VllmGeneration`` and ``MegatronPolicyWorker``) trains a tiny Qwen3 (:data:`TINY_QWEN3`:
+Megatron-Bridge's Qwen3 bridge, vLLM's Qwen3 model) from a user's folder, its workers on
 the interpreters NeMo-RL's registry names (their ``sys.executable``), on policy at every step
 (NeMo-RL's ``token_mult_prob_error``, the Megatron worker's over vLLM's probabilities of the
 sampled tokens, 1 within float tolerance: the weights map right); killed with SIGKILL after
@@ -43,6 +44,16 @@ pytestmark = pytest.mark.skipif(
 )
 
 STEPS = 4
+#: The model trained: a tiny Qwen3 (Qwen3-1.7B-Base's config, sizes shrunk: nemo_mmpo/cpu/rig/
+#: model.py), so Megatron-Bridge's Qwen3 bridge (q/k layernorm, grouped-query attention, tied
+#: embeddings), NeMo-RL's converter and vLLM's Qwen3 model run, as for the README's GPU recipe.
+#: Without a warm start: the warm start CI trains for the sessions is the tiny Llama's, and a
+#: Qwen3's would cost this part about as much again; the seeded random Qwen3 samples no right
+#: answer (reward 0, so the advantages and the loss are 0: the steps move the weights by weight
+#: decay only), which leaves what this part checks as it is: the interpreters, the on-policy
+#: ratio (Megatron-Bridge's import, then its export at every refit, against vLLM's Qwen3), the
+#: resume, the watcher's conversion and evaluation.
+TINY_QWEN3 = ["++cpu_backend.model.architecture=qwen3", "++cpu_backend.warm_start.enabled=false"]
 VLLM_WORKER = "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker"
 MEGATRON_WORKER = "nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker"
 
@@ -106,9 +117,7 @@ def test_the_readme_recipe_trains_with_nemo_rls_engines_in_its_container_layout(
         (user / name).write_text(readme_file(name))
     (user / "my_problems.jsonl").write_text(problems(TRAIN))
     (user / "my_held_out.jsonl").write_text(problems(HELD_OUT))
-    # without a newline: the warm start CI trains for the NeMo-RL sessions serves (a prompt
-    # file ending in one gets its own: tests/cpu/test_readme_recipe.py, in a long-run turn)
-    (user / "my_prompt.txt").write_text("{}")
+    (user / "my_prompt.txt").write_text("{}")  # no warm start here (TINY_QWEN3)
     written = sorted(path.name for path in user.iterdir())
     nemo_rl = Path(os.environ["NEMO_RL_PATH"])
     variables = {key: value for key, value in os.environ.items() if key not in OUTSIDE_PATHS}
@@ -125,6 +134,7 @@ def test_the_readme_recipe_trains_with_nemo_rls_engines_in_its_container_layout(
         "checkpointing.save_period=2",
         "logger.tensorboard_enabled=true",  # NeMo-RL's token_mult_prob_error, read back below
         f"cpu_backend.warm_start_cache={os.environ['NEMO_MMPO_TEST_WARM_STARTS']}",
+        *TINY_QWEN3,
     ]
     train = readme_command("cd ~/exp && nemo-mmpo train --config my_recipe_engines.yaml")
     command = [str(environment / "bin" / "nemo-mmpo"), *train[4:7], *cpu]
@@ -132,6 +142,10 @@ def test_the_readme_recipe_trains_with_nemo_rls_engines_in_its_container_layout(
 
     killed = run_then_kill(command, user, variables, tmp_path / "killed.txt", f"step    3/{STEPS}")
     assert "advantage: nemo-mmpo mmpo" in killed and "loss: mmpo" in killed, killed[-3000:]
+    assert "warm start: off" in killed, killed[-3000:]
+    start = json.loads((user / "results" / "my_run" / "hf_start" / "config.json").read_text())
+    assert start["architectures"] == ["Qwen3ForCausalLM"], start
+    assert start["num_key_value_heads"] < start["num_attention_heads"], start
     resumed = subprocess.run(
         command, cwd=user, env=variables, capture_output=True, text=True, timeout=patience.RUN_S
     )
@@ -160,6 +174,12 @@ def test_the_readme_recipe_trains_with_nemo_rls_engines_in_its_container_layout(
     evaluation = user / "logs" / "my_run" / "evaluation"
     final = json.loads((evaluation / f"step_{STEPS}.json").read_text())
     assert final["benchmarks"]["my_held_out"]["problems"] == len(HELD_OUT), final
+    # the best step's weights, kept by the watcher: NeMo-RL's converter's Hugging Face Qwen3
+    converted = list(evaluation.rglob("config.json"))
+    assert any(
+        json.loads(path.read_text()).get("architectures") == ["Qwen3ForCausalLM"]
+        for path in converted
+    ), converted
     # --backend vllm: the same checkpoint sampled by vLLM in a process of its worker's environment
     elsewhere = "evaluation.output_dir=logs/my_run/evaluation_vllm"
     with_vllm = subprocess.run(

@@ -219,15 +219,22 @@ def policy_model(
 ):
     """``(model, optimizer path or None, loaded training info or None)``: the newest checkpoint
     when there is one (resume, as NeMo-RL's ``setup()``), else the warm-started model, trained
-    on the sums as ``sums`` formats them (the recipe's data section: :func:`recipe_task_start`)."""
+    on the sums as ``sums`` formats them (the recipe's data section: :func:`recipe_task_start`),
+    or, with ``cpu_backend.warm_start.enabled: false``, the seeded random model."""
+    from nemo_mmpo.cpu.rig.model import load_tiny_model, tiny_model
+
     last = checkpointer.get_latest_checkpoint_path()
     if last is not None:
-        from transformers import LlamaForCausalLM
-
         weights_path, optimizer_path = checkpointer.get_resume_paths(last)
         note(f"resuming from {last}")
-        model = LlamaForCausalLM.from_pretrained(weights_path).float().eval()
+        model = load_tiny_model(weights_path)
         return model, optimizer_path, checkpointer.load_training_info(last), last
+    if not settings.warm_start.enabled:
+        note(
+            f"warm start: off (cpu_backend.warm_start.enabled=false): the seeded random "
+            f"{settings.model.architecture} (seed {settings.seed})"
+        )
+        return tiny_model(tokenizer, settings.model, settings.seed), None, None, None
     prompts = warm_start_prompts(settings, sums)
     if prompts is not None:
         note(f"warm start: on the sums as NeMo-RL formats the recipe's problems: {prompts[0]!r}")

@@ -9,12 +9,16 @@ cpu_backend:
                                 # policy.megatron_cfg's tensor x pipeline x context, then data
   seed: 0                       # model initialisation, warm start, RL sampling
   learning_rate: 5.0e-5         # the RL policy's AdamW
-  model: {hidden_size: 128, num_layers: 2, num_heads: 4}
+  model: {hidden_size: 128, num_layers: 2, num_heads: 4, architecture: llama}
+                                # architecture: llama | qwen3 (Qwen3-1.7B-Base's config with
+                                # these sizes: q/k RMSNorm, num_heads / 2 key-value heads, ...)
   problems: addition            # addition: the rig's own sums (task below); recipe: the
                                 # recipe's data section (a user's JSONL), read by NeMo-RL's
                                 # setup_response_data with the rig's character tokenizer
   task: {held_out_per_stratum: 60, train_size: 2000, split_seed: 0}   # also the warm start's
   warm_start: {target_low: 0.25, target_high: 0.55, learning_rate: 1.0e-3, ...}
+                                # enabled: false: no warm start (the seeded random model; it
+                                # samples no right answer: for runs that check the engines)
   warm_start_cache: results/warm_starts   # null: train the warm start every time
   placement: {}                 # Ray actor options of the generation engine / environment
   stall_timeout_s: 600          # async runs: an error when no step or evaluation is logged

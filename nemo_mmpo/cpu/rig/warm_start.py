@@ -37,7 +37,7 @@ import torch
 from pydantic import Field, model_validator
 
 from nemo_mmpo.cpu.rig.measure import Sampler, success_rate
-from nemo_mmpo.cpu.rig.model import ModelShape, tiny_llama
+from nemo_mmpo.cpu.rig.model import ModelShape, load_tiny_model, tiny_model
 from nemo_mmpo.cpu.rig.task import AdditionTask, AnyProblem, FormattedProblem, solved_rows
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.settings import Settings
@@ -63,6 +63,9 @@ class WarmStartSettings(Settings):
         max_steps: the cap; reaching it below the band is an error.
         dtype: ``float32`` or ``float64`` for the warm start's arithmetic (the policy trains
             in float32 either way).
+        enabled: false: no warm start, the policy starts from the seeded random initialisation
+            (it samples no right answer, so the reward stays 0: for runs that check the
+            engines, not learning).
     """
 
     target_low: float = Field(0.25, ge=0.0, le=1.0)
@@ -74,6 +77,14 @@ class WarmStartSettings(Settings):
     check_samples: int = Field(2, ge=1)
     max_steps: int = Field(3000, ge=1)
     dtype: Literal["float32", "float64"] = "float32"
+    enabled: bool = True
+
+    def key_parts(self) -> dict[str, Any]:
+        """What of the settings determines a warm start (``enabled`` does not: a disabled warm
+        start is neither made nor cached)."""
+        parts = self.model_dump()
+        del parts["enabled"]
+        return parts
 
     @model_validator(mode="after")
     def _band(self) -> WarmStartSettings:
@@ -242,8 +253,8 @@ class WarmStartSpec:
     def parts(self) -> dict[str, Any]:
         parts = {
             "task": self.task.model_dump(),
-            "shape": self.shape.model_dump(),
-            "settings": self.settings.model_dump(),
+            "shape": self.shape.key_parts(),
+            "settings": self.settings.key_parts(),
             "sampler": self.sampler.model_dump(),
             "seed": self.seed,
         }
@@ -299,11 +310,9 @@ def _held(lock_path: Path, log: Any) -> Iterator[None]:
 def _load_or_train(
     spec: WarmStartSpec, tokenizer: Any, directory: Path | None, log: Any
 ) -> tuple[Any, WarmStartResult, Path | None]:
-    from transformers import LlamaForCausalLM
-
     if directory is not None and (directory / INFO_FILE).is_file():
         info = json.loads((directory / INFO_FILE).read_text())
-        model = LlamaForCausalLM.from_pretrained(directory).float().eval()
+        model = load_tiny_model(directory)
         result = WarmStartResult(**info["result"])
         log(
             f"warm start: reusing {directory} ({result.steps} steps, sampled success "
@@ -312,7 +321,7 @@ def _load_or_train(
         )
         return model, result, directory
     train = spec.training_problems()
-    model = tiny_llama(tokenizer, spec.shape, spec.seed)
+    model = tiny_model(tokenizer, spec.shape, spec.seed)
     result = warm_start(model, tokenizer, train, spec.settings, spec.sampler, spec.seed, log)
     log(
         f"warm start: {result.steps} steps, sampled success {result.success:.3f} in "

@@ -139,10 +139,8 @@ def _warm_start_info(run_dir: Path) -> dict:
 def _expected_success_curve(run_dir: Path, train_problems: int = 512) -> dict[str, dict]:
     """Expected success of the warm start (step 0) and of every checkpoint, on the first
     ``train_problems`` training problems and on the held-out problems."""
-    from transformers import LlamaForCausalLM
-
     from nemo_mmpo.cpu.rig.measure import expected_success
-    from nemo_mmpo.cpu.rig.model import char_tokenizer
+    from nemo_mmpo.cpu.rig.model import char_tokenizer, load_tiny_model
     from nemo_mmpo.cpu.rig.rig_settings import TinySettings
 
     config = run_config(run_dir)
@@ -157,7 +155,7 @@ def _expected_success_curve(run_dir: Path, train_problems: int = 512) -> dict[st
     curve = {}
     for step, path in sorted(points.items()):
         with _hugging_face_folder(path, run_dir / CONVERTED) as folder:
-            model = LlamaForCausalLM.from_pretrained(folder).float().eval()
+            model = load_tiny_model(folder)
         curve[str(step)] = {
             "train": expected_success(model, tokenizer, train[:train_problems], temperature),
             "held_out": expected_success(model, tokenizer, held_out, temperature),
