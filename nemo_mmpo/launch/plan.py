@@ -16,6 +16,9 @@ from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, read_estimato
 from nemo_mmpo.nemo_rl.sections import value
 from nemo_mmpo.recipes import LoadedConfig
 
+#: how the plan names each ``cpu_backend.model.architecture``
+ARCHITECTURE_NAMES = {"llama": "Llama", "qwen3": "Qwen3"}
+
 
 def _cpu(config: dict[str, Any]) -> dict[str, Any] | None:
     section = value(config, "cpu_backend")
@@ -97,10 +100,15 @@ def hardware_section(config: dict[str, Any]) -> list[str]:
             optimizer = "megatron-core Adam"
         return [
             "cluster: this machine's CPUs (no GPU)",
-            f"training: {_mode(config)} in NeMo-RL's {trainer}, {policy}: tiny Llama, hidden "
-            f"{model.hidden_size} x {model.num_layers} layers, {optimizer} lr "
-            f"{settings.learning_rate}, warm start on sums until sampled success is in "
-            f"[{band.target_low}, {band.target_high}]",
+            f"training: {_mode(config)} in NeMo-RL's {trainer}, {policy}: tiny "
+            f"{ARCHITECTURE_NAMES[model.architecture]}, hidden {model.hidden_size} x "
+            f"{model.num_layers} layers, {optimizer} lr {settings.learning_rate}, "
+            + (
+                f"warm start on sums until sampled success is in [{band.target_low}, "
+                f"{band.target_high}]"
+                if band.enabled
+                else "no warm start (the seeded random model)"
+            ),
             generation,
             "problems: "
             + (
