@@ -9,6 +9,7 @@ from unittest import mock
 import pytest
 
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.nemo_rl import run_state
 from nemo_mmpo.nemo_rl.outcomes import FirstStepLogger
 
 OURS = {"grpo": {"adv_estimator": {"name": "mmpo"}}, "loss_fn": {"name": "mmpo"}}
@@ -63,7 +64,6 @@ def test_nothing_to_check_for_nemo_rls_own_estimator():
 
 def test_validation_is_due_at_the_first_multiple_of_its_period_from_the_first_step():
     """A run resumed at step 5 with ``grpo.val_period: 4`` must validate at step 8."""
-    from nemo_mmpo.nemo_rl import outcomes
 
     config = {
         "grpo": {"adv_estimator": {"name": "grpo"}, "val_period": 4},
@@ -79,7 +79,7 @@ def test_validation_is_due_at_the_first_multiple_of_its_period_from_the_first_st
     with pytest.raises(MMPOInputError, match=r"grpo.val_period=4: .* finished step 8 without"):
         logger.log_metrics({}, 8, prefix="timing/train")
     validated = FirstStepLogger(mock.MagicMock(), "grpo_train", config)
-    outcomes.in_loop_steps.append(8)
+    run_state.RUN.in_loop_steps.append(8)
     for step in range(5, 9):
         validated.log_metrics({}, step, prefix="train")
         validated.log_metrics({}, step, prefix="timing/train")

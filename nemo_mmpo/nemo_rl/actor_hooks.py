@@ -22,6 +22,7 @@ import weakref
 from typing import Any
 
 from nemo_mmpo.nemo_rl import actor_outcomes
+from nemo_mmpo.nemo_rl import run_state as state
 from nemo_mmpo.on_import import ShimOnImport
 
 #: the original NeMo-RL function, on each wrapper
@@ -43,12 +44,6 @@ ADVANTAGE_STAGE = "nemo_rl.algorithms.single_controller_utils.advantage_stage"
 STAGE_CHECKED = {"fields_for_put": ("AdvantageComputer.run", ("meta", "fields"))}
 #: the stage's clip (after the estimator, before the put), wrapped to record its config
 STAGE_CLIP = "_clip_grpo_advantages"
-#: the estimator unpickled into this process (held weakly)
-_estimator: weakref.ref[Any] | None = None
-#: the first step's put check: ``checking`` from the estimator's unpickling to the first step's
-#: metric reduction; ``compared``: the estimator's output the last put was compared with;
-#: ``clip_config``: the GRPO config the stage's clip read last (None: no clip recorded)
-_first_step: dict[str, Any] = {"checking": False, "compared": None, "clip_config": None}
 
 
 def has_advantage_stage() -> bool:
@@ -75,7 +70,8 @@ def first_step_checks() -> dict[str, dict[str, tuple[str, tuple[str, ...]]]]:
 
 def actor_estimator() -> Any:
     """The estimator unpickled into this actor's process (None where there is none)."""
-    return None if _estimator is None else _estimator()
+    held = state.RUN.actor_estimator
+    return None if held is None else held()
 
 
 def chunked_metrics_reducer(original: Any) -> Any:
@@ -90,7 +86,8 @@ def chunked_metrics_reducer(original: Any) -> Any:
         step_metrics = estimator.take_step_metrics() if estimator is not None else {}
         if step_metrics:  # already step scalars here: the controller logs them as they are
             result = {**(result or {}), **step_metrics}
-        _first_step.update(checking=False, compared=None, clip_config=None)  # chunks are put
+        # the first step is over: later puts go unchecked
+        state.RUN.first_step.update(checking=False, compared=None, clip_config=None)
         return result
 
     return reduce_advantage_pump_metrics
@@ -103,9 +100,8 @@ def install_in_actor(estimator: Any) -> list[str]:
     single-controller run, where the hook applied only at unpickling lost every ``mmpo/``
     metric). Returns the ``module.name`` hooked now (empty where the hook waits for the
     import)."""
-    global _estimator
-    _estimator = weakref.ref(estimator)
-    _first_step.update(checking=True, compared=None, clip_config=None)
+    state.RUN.actor_estimator = weakref.ref(estimator)
+    state.RUN.first_step.update(checking=True, compared=None, clip_config=None)
     module = sys.modules.get(SINGLE_CONTROLLER_ACTOR)
     if module is None:
         if not any(getattr(finder, HOOKED_IN, None) for finder in sys.meta_path):
@@ -138,13 +134,13 @@ def first_step_put(original: Any, where: str = SINGLE_CONTROLLER_ACTOR) -> Any:
 
     @functools.wraps(original)
     def fields_for_put(*args: Any, **kwargs: Any) -> Any:
-        estimator = actor_estimator() if _first_step["checking"] else None
+        estimator = actor_estimator() if state.RUN.first_step["checking"] else None
         output = getattr(estimator, "last_output", None)
-        if output is not None and output is not _first_step["compared"]:
-            _first_step["compared"] = output
+        if output is not None and output is not state.RUN.first_step["compared"]:
+            state.RUN.first_step["compared"] = output
             fields = kwargs["fields"] if "fields" in kwargs else args[1]  # (meta, fields)
             actor_outcomes.check_put(
-                fields, output, f"{where}.fields_for_put", _first_step.get("clip_config")
+                fields, output, f"{where}.fields_for_put", state.RUN.first_step.get("clip_config")
             )
         return original(*args, **kwargs)
 
@@ -158,9 +154,9 @@ def stage_clip(original: Any) -> Any:
 
     @functools.wraps(original)
     def clip_grpo_advantages(*args: Any, **kwargs: Any) -> Any:
-        if _first_step["checking"]:
+        if state.RUN.first_step["checking"]:
             config = kwargs.get("grpo_config", args[1] if len(args) > 1 else None)
-            _first_step["clip_config"] = config
+            state.RUN.first_step["clip_config"] = config
         return original(*args, **kwargs)
 
     return clip_grpo_advantages

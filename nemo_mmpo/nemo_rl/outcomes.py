@@ -20,6 +20,7 @@ import torch
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
+from nemo_mmpo.nemo_rl import run_state as state
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.estimator_settings import advantage_clip_keys, is_function_estimator
 from nemo_mmpo.nemo_rl.evaluation import in_loop_settings
@@ -27,8 +28,6 @@ from nemo_mmpo.nemo_rl.names import DMPO_METRICS, ESTIMATOR_METRICS
 
 #: a step metric only the penalties hook adds with ``loss_fn.name: dmpo`` (DMPO's batch terms)
 DMPO_BATCH_METRIC = f"{DMPO_METRICS}counted_groups"
-#: the steps at which the hooked validation ran the paper's evaluation in this process
-in_loop_steps: list[int] = []
 #: NeMo-RL's settings that overwrite flagged message spans' advantages with their value
 #: (NeMo-RL's ``_apply_message_level_advantage_penalties``)
 PENALTY_KEYS = ("invalid_tool_call_advantage", "malformed_thinking_advantage")
@@ -64,7 +63,7 @@ class FirstStepLogger:
         self._val_start_at = int(sections.value(master_config, "grpo.val_start_at") or 0)
         #: the policy checker of the same trainer call (:class:`FirstStepPolicy`), if any
         self.policy: FirstStepPolicy | None = None
-        self._validated_before = len(in_loop_steps)
+        self._validated_before = len(state.RUN.in_loop_steps)
         self._first: int | None = None  # the first step's number
         self._validation_due: int | None = None  # the first step that must validate
         self._step: int | None = None  # the step being logged
@@ -137,7 +136,7 @@ class FirstStepLogger:
 
     def _check_step(self) -> None:
         step, self._ended = self._step, True
-        validated = in_loop_steps[self._validated_before :]
+        validated = state.RUN.in_loop_steps[self._validated_before :]
         if self._first is None:
             self._first = step
             self._check_first_step(step, validated)

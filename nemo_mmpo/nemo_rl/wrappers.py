@@ -5,7 +5,6 @@ returns its wrapper, which reads the arguments it needs by name (:func:`bound_ar
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import inspect
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import estimator_class, estimator_registered_by
+from nemo_mmpo.nemo_rl import run_state as state
 from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.checked import checked
@@ -33,7 +33,6 @@ from nemo_mmpo.nemo_rl.outcomes import (
     FirstStepLogger,
     FirstStepPolicy,
     allowed_changes,
-    in_loop_steps,
 )
 from nemo_mmpo.nemo_rl.refusals import (
     Problem,
@@ -48,21 +47,6 @@ from nemo_mmpo.nemo_rl.refusals import (
     trainer_problem,
 )
 
-#: The estimator the factory hook built last (None: NeMo-RL's own): where the logging hook
-#: reads the step's metrics.
-_built_estimator: weakref.ref[Any] | None = None
-#: The generation engine of the ``grpo_train_sync`` call in progress (``validate_sync`` samples
-#: through NeMo-RL's rollout actor and is not given it).
-_sync_generation: Any = None
-#: The losses of the hooked GRPO trainer calls in progress, innermost last: the loss that trains
-#: (the penalties hook adds DMPO's terms only when it is DMPO's).
-_training_losses: list[Any] = []
-#: ``(problem, streaming_chunks)`` of the trainer whose estimator builder is running: the factory
-#: hook it reaches (imported inside the builder) builds on those terms instead of its own.
-_builder_terms: contextvars.ContextVar[tuple[Problem | None, bool] | None] = contextvars.ContextVar(
-    "nemo_mmpo_builder_terms", default=None
-)
-
 
 def bound_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's arguments by parameter name, as ``original`` would receive them."""
@@ -73,7 +57,7 @@ def bound_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
 def built_estimator() -> Any:
     """The estimator NeMo-RL's factory built last, when it was ours (and is still alive): an
     :class:`MMPOAdvantageEstimator`, or a plug-in class's checked instance."""
-    return None if _built_estimator is None else _built_estimator()
+    return state.RUN.estimator()
 
 
 def estimator_factory(
@@ -81,13 +65,12 @@ def estimator_factory(
 ) -> Any:
     @functools.wraps(original)
     def create_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
-        global _built_estimator
         master_config = bound_arguments(original, args, kwargs)["master_config"]
-        terms = _builder_terms.get()
+        terms = state.builder_terms.get()
         chunks = streaming_chunks if terms is None else terms[1]
         refuse(problem if terms is None else terms[0], master_config)
         estimator_config = sections.value(master_config, "grpo.adv_estimator")
-        _built_estimator = None
+        state.RUN.built_estimator = None
         name = sections.value(estimator_config, "name")
         if not is_our_estimator(name):
             return nemo_rl_estimator(original, name, args, kwargs)
@@ -105,7 +88,7 @@ def estimator_factory(
             built = plugin_class(estimator_config, sections.value(master_config, "loss_fn"))
             print(f"  ✓ Using nemo-mmpo plug-in estimator: {settings.describe()}")
             built = checked(built, "estimator", settings.estimator)
-            _built_estimator = weakref.ref(built)
+            state.RUN.built_estimator = weakref.ref(built)
             return built
         estimator = MMPOAdvantageEstimator(
             estimator_config,
@@ -121,7 +104,7 @@ def estimator_factory(
         )
         if clipping is not None:
             print(f"[nemo-mmpo] warning: {clipping}")
-        _built_estimator = weakref.ref(estimator)
+        state.RUN.built_estimator = weakref.ref(estimator)
         return estimator
 
     return create_advantage_estimator
@@ -190,11 +173,11 @@ def metrics_logger(original: Any) -> Any:
 @contextlib.contextmanager
 def training_with(loss: Any) -> Iterator[None]:
     """``loss`` is the loss that trains while the block runs (a hooked trainer's call)."""
-    _training_losses.append(loss)
+    state.RUN.training_losses.append(loss)
     try:
         yield
     finally:
-        _training_losses.pop()
+        state.RUN.training_losses.pop()
 
 
 def grpo_trainer(original: Any) -> Any:
@@ -258,7 +241,8 @@ def batch_penalties(original: Any) -> Any:
         entry = batch_terms_entry(loss_config)
         if entry is None:
             return result
-        loss = _training_losses[-1] if _training_losses else None
+        losses = state.RUN.training_losses
+        loss = losses[-1] if losses else None
         loss_class = entry.resolve_class()
         if not isinstance(loss, loss_class):
             from nemo_mmpo.nemo_rl.contract import nemo_rl_version
@@ -288,7 +272,7 @@ def validation(original: Any) -> Any:
         settings = in_loop_settings(arguments["master_config"])
         if settings is None:
             return original(*args, **kwargs)
-        in_loop_steps.append(arguments["step"])
+        state.RUN.in_loop_steps.append(arguments["step"])
         return validate_in_loop(
             arguments["policy_generation"],
             arguments["step"],
@@ -305,16 +289,15 @@ def sync_trainer(original: Any) -> Any:
 
     @functools.wraps(original)
     def grpo_train_sync(*args: Any, **kwargs: Any) -> Any:
-        global _sync_generation
         arguments = bound_arguments(original, args, kwargs)
         module = sys.modules[original.__module__]
         problem = trainer_problem(original.__name__, module, None, "validate_sync")
         refuse(problem, arguments["master_config"])
-        _sync_generation = arguments["policy_generation"]
+        state.RUN.sync_generation = arguments["policy_generation"]
         try:
             return checking_first_step(original, args, kwargs)
         finally:
-            _sync_generation = None
+            state.RUN.sync_generation = None
 
     return grpo_train_sync
 
@@ -328,16 +311,16 @@ def sync_validation(original: Any) -> Any:
         settings = in_loop_settings(arguments["master_config"])
         if settings is None:
             return original(*args, **kwargs)
-        if _sync_generation is None:
+        if state.RUN.sync_generation is None:
             raise MMPOInputError(
                 "evaluation.in_loop=true: NeMo-RL's validate_sync was called outside the hooked "
                 "grpo_train_sync, so the generation engine to evaluate is unknown: call "
                 "nemo_mmpo.nemo_rl.install() before importing grpo_train_sync, or set "
                 "evaluation.in_loop=false"
             )
-        in_loop_steps.append(arguments["step"])
+        state.RUN.in_loop_steps.append(arguments["step"])
         return validate_in_loop(
-            _sync_generation, arguments["step"], settings, arguments["master_config"]
+            state.RUN.sync_generation, arguments["step"], settings, arguments["master_config"]
         )
 
     return validate_sync
@@ -368,11 +351,11 @@ def single_controller_builder(original: Any) -> Any:
     @functools.wraps(original)
     def build_advantage_estimator(*args: Any, **kwargs: Any) -> Any:
         master_config = bound_arguments(original, args, kwargs)["master_config"]
-        token = _builder_terms.set(terms)
+        token = state.builder_terms.set(terms)
         try:
             built = original(*args, **kwargs)
         finally:
-            _builder_terms.reset(token)
+            state.builder_terms.reset(token)
         name = sections.value(master_config, "grpo.adv_estimator.name")
         if is_our_estimator(name) and not (
             isinstance(built, MMPOAdvantageEstimator) and built.streaming_chunks
@@ -416,22 +399,17 @@ def advantage_actor_pool(original: Any) -> Any:
     return create_advantage_actors
 
 
-#: Set by the CPU rig while its answers for the single controller's setup are in place: a Ray
-#: cluster without GPUs is then answered, not refused, by :func:`gpu_only_setup`.
-CPU_RIG_ANSWERS = {"single_controller": False}
-
-
 def gpu_only_setup(original: Any) -> Any:
     """``setup_single_controller``: refused in one line on a Ray cluster without GPUs (before
-    NeMo-RL's ``ResourceInsufficientError``), unless the CPU rig answers (:data:`CPU_RIG_ANSWERS`).
-    """
+    NeMo-RL's ``ResourceInsufficientError``), unless the CPU rig's answers are in place
+    (:mod:`~nemo_mmpo.nemo_rl.run_state`)."""
 
     @functools.wraps(original)
     def setup_single_controller(*args: Any, **kwargs: Any) -> Any:
         import ray
 
         no_gpu = ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 1
-        if no_gpu and not CPU_RIG_ANSWERS["single_controller"]:
+        if no_gpu and not state.RUN.cpu_rig_answers_single_controller:
             raise MMPOInputError(
                 "NeMo-RL's single controller (run_grpo_single_controller.py) cannot train on "
                 "this Ray cluster, which has no GPU: it builds its clusters with use_gpus=True "

@@ -64,7 +64,7 @@ from test_chunk_metrics import chunks_of, step_batch
 from test_single_controller_first_step import DECORATOR, RecordingLogger, Step, actor_for
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl import actor_hooks, actor_outcomes, install
+from nemo_mmpo.nemo_rl import actor_hooks, actor_outcomes, install, run_state
 from nemo_mmpo.nemo_rl.contract import nemo_rl_version
 
 STAGE = actor_hooks.ADVANTAGE_STAGE
@@ -356,8 +356,7 @@ def import_changed(files: dict[str, Path], monkeypatch) -> dict[str, object]:
 
 def fresh_actor_process(monkeypatch):
     """This process as a new actor's: no estimator unpickled yet, nothing checked."""
-    monkeypatch.setattr(actor_hooks, "_estimator", None)
-    monkeypatch.setattr(actor_hooks, "_first_step", dict(actor_hooks._first_step, checking=False))
+    monkeypatch.setattr(run_state, "RUN", run_state.RunState())  # a fresh actor process
 
 
 def train(tmp_path, monkeypatch, overrides=(), steps=2, stage_change=None):
@@ -430,7 +429,7 @@ def test_the_stage_in_the_controller_trains_mmpo_with_its_metrics_every_step(tmp
     assert compared == 3  # every chunk of step 1 put as the estimator gave it, then no more
     hooked = getattr(sys.modules[STAGE].fields_for_put, actor_hooks.HOOKED_IN, None)
     assert hooked == STAGE  # checked in the stage's module, where AdvantageComputer.run puts
-    assert not actor_hooks._first_step["checking"]
+    assert not run_state.RUN.first_step["checking"]
 
 
 def test_the_recipes_clip_applied_by_the_stage_is_allowed(tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ from nemo_rl.data_plane import KVBatchMeta
 from test_chunk_metrics import chunks_of, step_batch
 
 from nemo_mmpo.errors import MMPOInputError, handle
-from nemo_mmpo.nemo_rl import actor_hooks, actor_outcomes, install
+from nemo_mmpo.nemo_rl import actor_outcomes, install, run_state
 from nemo_mmpo.nemo_rl.contract import nemo_rl_version
 
 DECORATOR = "@ray.remote(num_cpus=1, num_gpus=0)  # pragma: no cover\n"
@@ -186,8 +186,7 @@ def train_one_step(monkeypatch, old: str = "", new: str = "", overrides=(), in_t
     module = load_changed(controller, changed, monkeypatch)  # a fresh actor process's module
     monkeypatch.setattr(module, "Logger", RecordingLogger)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {})
-    monkeypatch.setattr(actor_hooks, "_estimator", None)
-    monkeypatch.setattr(actor_hooks, "_first_step", {"checking": False, "compared": None})
+    monkeypatch.setattr(run_state, "RUN", run_state.RunState())  # a fresh actor process
     estimator = pickle.loads(pickle.dumps(built))  # as Ray hands it to the actor: hooks module
     step = Step(chunks_of(step_batch(5), 4, [2, 4, 1]))
     actor = actor_for(module, estimator, step)
@@ -201,7 +200,7 @@ def test_the_unchanged_controller_trains_its_first_step_checked(monkeypatch):
     logged = actor._logger._logger.logged  # the FirstStepLogger around NeMo-RL's
     train = next(metrics for prefix, _, metrics in logged if prefix == "train")
     assert any(key.startswith("mmpo/") for key in train)
-    assert not actor_hooks._first_step["checking"]  # the first step is over: puts unchecked
+    assert not run_state.RUN.first_step["checking"]  # the first step is over: puts unchecked
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))

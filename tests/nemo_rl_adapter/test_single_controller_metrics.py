@@ -28,7 +28,7 @@ sc_setup = import_nemo_rl("nemo_rl.algorithms.single_controller_utils.setup")
 sc_utils = import_nemo_rl("nemo_rl.algorithms.single_controller_utils.utils")
 from test_chunk_metrics import assert_same, chunks_of, step_batch
 
-from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, actor_hooks, hooks, install
+from nemo_mmpo.nemo_rl import MMPOAdvantageEstimator, actor_hooks, hooks, install, run_state
 
 
 def as_a_fresh_actor_process(monkeypatch):
@@ -37,8 +37,7 @@ def as_a_fresh_actor_process(monkeypatch):
     for name in actor_hooks.ACTOR_WRAPPERS:
         original = getattr(controller, name)
         monkeypatch.setattr(controller, name, getattr(original, hooks.MARK, original))
-    monkeypatch.setattr(actor_hooks, "_estimator", None)
-    monkeypatch.setattr(actor_hooks, "_first_step", {"checking": False, "compared": None})
+    monkeypatch.setattr(run_state, "RUN", run_state.RunState())  # a fresh actor process
 
 
 def run_step(estimator, chunks, log_dict):
@@ -93,8 +92,7 @@ def test_unpickled_before_the_controllers_module_is_imported_the_hook_waits_for_
     install()
     master_config = master_config_from_recipe("mmpo_math_qwen3_1.7b.yaml")
     built = sc_setup._create_advantage_estimator(master_config)
-    monkeypatch.setattr(actor_hooks, "_estimator", None)
-    monkeypatch.setattr(actor_hooks, "_first_step", {"checking": False, "compared": None})
+    monkeypatch.setattr(run_state, "RUN", run_state.RunState())  # a fresh actor process
     monkeypatch.delitem(sys.modules, hooks.SINGLE_CONTROLLER_ACTOR)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder, this test's only
     unpickled = pickle.loads(pickle.dumps(built))
@@ -130,8 +128,7 @@ def test_on_a_ray_cluster_without_gpus_the_single_controller_is_refused_in_one_l
     assert "use_gpus=True (single_controller_utils/setup.py:147, 184, 193)" in message
     # with the CPU rig's answers in place (nemo_mmpo.cpu.answers.single_controller), NeMo-RL's
     # own setup runs: here it meets the missing config
-    from nemo_mmpo.nemo_rl import wrappers
 
-    monkeypatch.setitem(wrappers.CPU_RIG_ANSWERS, "single_controller", True)
+    monkeypatch.setattr(run_state.RUN, "cpu_rig_answers_single_controller", True)
     with pytest.raises(AttributeError):
         package.setup_single_controller(None, None)

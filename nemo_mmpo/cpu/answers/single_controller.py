@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from nemo_mmpo.cpu.answers import import_hooks
-from nemo_mmpo.nemo_rl import wrappers
+from nemo_mmpo.nemo_rl import run_state
 
 SETUP = "nemo_rl.algorithms.single_controller_utils.setup"
 
@@ -135,10 +135,10 @@ def answered(
     for name, answer in answers.items():
         setattr(setup, name, answer)
     # install()'s setup_single_controller hook lets a cluster without GPUs through only now
-    wrappers.CPU_RIG_ANSWERS["single_controller"] = True
+    run_state.RUN.cpu_rig_answers_single_controller = True
     try:
         yield built
     finally:
-        wrappers.CPU_RIG_ANSWERS["single_controller"] = False
+        run_state.RUN.cpu_rig_answers_single_controller = False
         for name, original in previous.items():
             setattr(setup, name, original)
