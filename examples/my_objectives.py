@@ -22,7 +22,7 @@ import torch
 
 from nemo_mmpo import MMPOInputError, MomentObjective, RewardGroups, register_estimator
 from nemo_mmpo.losses import register_loss
-from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo import sections
 
 try:
     from nemo_rl.algorithms.loss import ClippedPGLossFn

@@ -6,8 +6,8 @@ and those below)::
 
     core      nemo_mmpo/*.py (estimators, objectives, settings, errors, io, data, checkout,
               recipes, ...): the math, typed settings, files, the recipe loader
-    eval      the paper's evaluation protocol, metrics and report
-    nemo_rl   the NeMo-RL adapter (its in-loop evaluation runs eval's protocol)
+    eval      the paper's evaluation protocol, metrics and report, in-loop evaluation
+    nemo_rl   the NeMo-RL adapter (its validation hook runs eval's in-loop evaluation)
     cpu       the CPU rig (drives NeMo-RL's trainers through the adapter)
     launch    checks, plans and starts a run (on NeMo-RL or the CPU rig)
     top       cli, study, lab: commands and studies built on the rest

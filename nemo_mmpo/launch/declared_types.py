@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_mmpo import sections
 from nemo_mmpo.checkout import find_nemo_rl_root
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.declarations import declared_class, declared_objects
-from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names
 
 #: our own top-level sections, which NeMo-RL's MasterConfig keeps as extras and never reads

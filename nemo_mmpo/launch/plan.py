@@ -13,8 +13,8 @@ from nemo_mmpo.cpu.rig.rig_settings import TinySettings
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import is_dmpo_loss, read_dmpo_settings
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator, read_estimator_settings
-from nemo_mmpo.nemo_rl.sections import value
 from nemo_mmpo.recipes import LoadedConfig
+from nemo_mmpo.sections import value
 
 #: how the plan names each ``cpu_backend.model.architecture``
 ARCHITECTURE_NAMES = {"llama": "Llama", "qwen3": "Qwen3"}

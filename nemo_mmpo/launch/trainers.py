@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl.sections import is_single_controller
+from nemo_mmpo.sections import is_single_controller
 
 __all__ = ["driver_script", "is_single_controller", "missing_single_controller"]
 

@@ -5,10 +5,10 @@ so ``import nemo_mmpo.nemo_rl`` works on a machine without NeMo-RL.
 
 - :mod:`.advantage_estimator`: :class:`MMPOAdvantageEstimator`;
 - :mod:`.estimator_settings`: ``grpo.adv_estimator``, typed; the names we answer to;
-- :mod:`.loss`: ``loss_fn.name`` ``mmpo`` and ``dmpo``;
+- :mod:`.loss`: the registered losses (:mod:`nemo_mmpo.losses`) as NeMo-RL builds them;
 - :mod:`.dmpo_batch_terms`: DMPO's per-batch penalty terms;
-- :mod:`.hooks`: :func:`install`;
-- :mod:`.sections`: the one accessor for NeMo-RL's config sections (mappings or models);
+- :mod:`.hooks`: :func:`install`; :mod:`.wrappers`: what it puts in place;
+- :mod:`.run_state`: what a run's hooks share;
 - :mod:`.names`, :mod:`.paper_settings`: names and the paper's loss settings;
 - :mod:`.versions`: what differs between NeMo-RL versions, read from a checkout's code.
 """

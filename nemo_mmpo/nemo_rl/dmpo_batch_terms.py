@@ -22,11 +22,11 @@ from typing import Any
 import torch
 from pydantic import Field
 
+from nemo_mmpo import sections
 from nemo_mmpo.dmpo import PAPER_COEFFICIENT, PAPER_TEMPERATURE, linearized_penalty
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.grouping import group_ids_from_prompt_rows
 from nemo_mmpo.losses import loss_entry, loss_names
-from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.names import DMPO_METRICS
 from nemo_mmpo.settings import Settings, changed_settings, parse
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, create_model
 
+from nemo_mmpo import sections
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import (
     available_estimators,
@@ -27,7 +28,6 @@ from nemo_mmpo.estimators import (
     group_size_need,
     registration_order,
 )
-from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATOR_KEYS, NEMO_RL_ESTIMATORS, near_miss
 from nemo_mmpo.objectives import (
     TRANSFORM_KIND,

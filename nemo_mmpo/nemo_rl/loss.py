@@ -15,11 +15,11 @@ from typing import Any
 
 from nemo_rl.algorithms.loss import ClippedPGLossFn
 
+from nemo_mmpo import sections
+from nemo_mmpo.contracts import checked
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.losses import loss_entry, loss_names
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
-from nemo_mmpo.nemo_rl import sections
-from nemo_mmpo.nemo_rl.checked import checked
 from nemo_mmpo.nemo_rl.names import DMPO_METRICS, NEMO_RL_LOSSES, near_miss
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
 from nemo_mmpo.settings import report_unread
@@ -79,7 +79,7 @@ class DMPOLossFn(ClippedPGLossFn):
 
 def build_loss(original_class: type, cfg: Any, *args: Any, **kwargs: Any) -> Any:
     """The registered loss ``loss_fn.name`` (:mod:`nemo_mmpo.losses`), its output checked at its
-    first call in each worker (:mod:`~nemo_mmpo.nemo_rl.checked`); NeMo-RL's ``original_class``
+    first call in each worker (:mod:`~nemo_mmpo.contracts`); NeMo-RL's ``original_class``
     for any other name. A name that misspells one of ours (``DMPO``, ``"dmpo "``) is refused,
     not trained as NeMo-RL's loss."""
     name = sections.value(cfg, "name")

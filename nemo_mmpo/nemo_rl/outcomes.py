@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
+from nemo_mmpo import sections
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.in_loop import in_loop_settings
 from nemo_mmpo.nemo_rl import dmpo_batch_terms as dmpo
 from nemo_mmpo.nemo_rl import run_state as state
-from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.estimator_settings import advantage_clip_keys, is_function_estimator
-from nemo_mmpo.nemo_rl.evaluation import in_loop_settings
 from nemo_mmpo.nemo_rl.names import DMPO_METRICS, ESTIMATOR_METRICS
 
 #: a step metric only the penalties hook adds with ``loss_fn.name: dmpo`` (DMPO's batch terms)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_mmpo.nemo_rl import sections
+from nemo_mmpo import sections
 
 PAPER_LOSS_SETTINGS: dict[str, Any] = {
     "reference_policy_kl_penalty": 0.0,

@@ -12,12 +12,12 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from nemo_mmpo import sections
 from nemo_mmpo.errors import MMPOInputError
+from nemo_mmpo.eval.in_loop import in_loop_settings
 from nemo_mmpo.losses import loss_entry, loss_names
-from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.actor_hooks import HOOKED_IN
 from nemo_mmpo.nemo_rl.estimator_settings import is_our_estimator
-from nemo_mmpo.nemo_rl.evaluation import in_loop_settings
 
 #: ``problem(config) -> message or None``: why our setting cannot run in a trainer
 Problem = Callable[[Any], "str | None"]

@@ -12,12 +12,13 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from nemo_mmpo import sections
+from nemo_mmpo.contracts import checked
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.estimators import estimator_class, estimator_registered_by
+from nemo_mmpo.eval.in_loop import in_loop_settings, validate_in_loop
 from nemo_mmpo.nemo_rl import run_state as state
-from nemo_mmpo.nemo_rl import sections
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
-from nemo_mmpo.nemo_rl.checked import checked
 from nemo_mmpo.nemo_rl.estimator_settings import (
     ESTIMATOR_SECTION,
     advantage_clip_keys,
@@ -27,7 +28,6 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
     is_our_estimator,
     read_estimator_settings,
 )
-from nemo_mmpo.nemo_rl.evaluation import in_loop_settings, validate_in_loop
 from nemo_mmpo.nemo_rl.names import near_miss
 from nemo_mmpo.nemo_rl.outcomes import (
     FirstStepLogger,

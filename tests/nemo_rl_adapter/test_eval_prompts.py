@@ -162,7 +162,7 @@ def test_a_cpu_rig_recipes_prompt_is_the_one_the_rig_trains_with(recipe):
 def test_the_in_loop_evaluation_samples_the_training_prompt(recipe, tmp_path):
     """NeMo-RL's ``validate``, hooked, hands its tokenizer: the in-loop evaluation's engine is
     asked for the training prompt too."""
-    from nemo_mmpo.nemo_rl.evaluation import validate_in_loop
+    from nemo_mmpo.eval.in_loop import validate_in_loop
 
     held_out = tmp_path / "held_out.jsonl"
     held_out.write_text(json.dumps(PROBLEM) + "\n")

@@ -29,7 +29,7 @@ from nemo_rl.algorithms.loss import ClippedPGLossFn
 from nemo_mmpo import register_estimator
 from nemo_mmpo.estimators import get_estimator
 from nemo_mmpo.losses import register_loss
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 
 @register_estimator("scaled_plugin_of_a_researcher")

@@ -51,7 +51,7 @@ from nemo_mmpo.cpu.rig.policy_start import (
 from nemo_mmpo.cpu.rig.rig_settings import TinySettings, vllm_engine_problem
 from nemo_mmpo.errors import MMPOInputError, NodeDiedError, TrainingStalledError
 from nemo_mmpo.nemo_rl import install, versions
-from nemo_mmpo.nemo_rl.sections import is_single_controller, plain
+from nemo_mmpo.sections import is_single_controller, plain
 
 #: NeMo-RL's full output, in the run's log directory.
 NEMO_RL_LOG = "nemo_rl.log"

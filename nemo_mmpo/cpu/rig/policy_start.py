@@ -13,7 +13,7 @@ from nemo_mmpo.char_tokenizer import PLAIN_CHAT_TEMPLATE
 from nemo_mmpo.cpu.rig.rig_settings import TinySettings
 from nemo_mmpo.cpu.rig.warm_start import load_or_make
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl.sections import plain
+from nemo_mmpo.sections import plain
 
 #: The held-out problems, in the run's checkpoint directory (for ``nemo_mmpo.eval``).
 HELD_OUT_FILE = "held_out.jsonl"

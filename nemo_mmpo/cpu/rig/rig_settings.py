@@ -40,7 +40,7 @@ from nemo_mmpo.cpu.rig.model import ModelShape
 from nemo_mmpo.cpu.rig.task import AdditionTask
 from nemo_mmpo.cpu.rig.warm_start import Sampler, WarmStartSettings, WarmStartSpec
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 from nemo_mmpo.settings import Settings, changed_settings, parse, unread_when_disabled
 
 CPU_SECTION = "cpu_backend"

@@ -39,7 +39,7 @@ from nemo_mmpo.cpu.rig.policy_start import (
 from nemo_mmpo.cpu.rig.rig_settings import TinySettings
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.nemo_rl import install
-from nemo_mmpo.nemo_rl.sections import plain
+from nemo_mmpo.sections import plain
 
 #: Ray logical CPUs the single controller adds to the sync recipe's: its actor
 #: (``single_controller.py:91``, ``num_cpus=1``).

@@ -12,7 +12,7 @@ from nemo_mmpo.data import BENCHMARKS
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.rules.registry import Findings, group_sizes, rule
 from nemo_mmpo.nemo_rl import versions
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 
 def training_prompts(config: dict[str, Any]) -> tuple[int, str] | None:

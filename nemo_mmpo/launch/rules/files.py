@@ -12,7 +12,7 @@ from nemo_mmpo.checkout import find_nemo_rl_root
 from nemo_mmpo.cpu.rig.policy_start import HELD_OUT_FILE
 from nemo_mmpo.data import math_task_files
 from nemo_mmpo.launch.rules.registry import Findings, rule
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 #: the file suffixes NeMo-RL's ``load_dataset_from_path`` reads as local files (any other
 #: ``data_path`` is a Hugging Face dataset name, or a ``save_to_disk`` folder)

@@ -20,7 +20,7 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
 )
 from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATORS, near_miss
 from nemo_mmpo.nemo_rl.paper_settings import paper_setting_deviations
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 
 @rule

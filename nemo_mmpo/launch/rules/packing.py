@@ -8,7 +8,7 @@ from typing import Any
 from nemo_mmpo.checkout import find_nemo_rl_root
 from nemo_mmpo.launch.rules.registry import Findings, rule
 from nemo_mmpo.nemo_rl import versions
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 
 def _packed_row_padding(config: dict[str, Any]) -> list[str]:

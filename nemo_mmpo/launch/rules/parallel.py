@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from nemo_mmpo.launch.rules.registry import Findings, rule
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 
 def _is_count(number: Any) -> bool:

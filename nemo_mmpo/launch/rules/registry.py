@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nemo_mmpo.errors import MMPOInputError
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 
 @dataclass

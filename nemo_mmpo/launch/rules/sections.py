@@ -22,7 +22,7 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
     is_our_estimator,
     unread_estimator_settings,
 )
-from nemo_mmpo.nemo_rl.sections import value
+from nemo_mmpo.sections import value
 
 
 @rule
