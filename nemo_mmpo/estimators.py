@@ -234,7 +234,7 @@ def advantage_problem(
 
 
 def _function_options(function: Estimator) -> dict[str, EstimatorOption]:
-    hints = typing.get_type_hints(function)
+    hints = typing.get_type_hints(function, include_extras=True)  # Annotated constraints kept
     return {
         parameter.name: EstimatorOption(parameter.default, hints.get(parameter.name, Any))
         for parameter in _options(function)

@@ -61,5 +61,5 @@ def plain(config: Any) -> Any:
 def is_single_controller(config: Mapping[str, Any]) -> bool:
     """Whether ``config`` is for NeMo-RL's single controller: it has an ``async_rl`` section
     (its ``MasterConfig`` requires it, ``single_controller_utils/config.py``; ``run_grpo.py``'s
-    keeps it as an unread extra): :mod:`nemo_mmpo.launch.trainers` says why that decides."""
+    keeps it as an unread extra): ``nemo_mmpo.launch.trainers`` says why that decides."""
     return isinstance(config.get("async_rl"), Mapping)

@@ -9,9 +9,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 import torch
+from pydantic import Field
 
 from nemo_mmpo import estimators, losses, plugins, registry
 from nemo_mmpo.errors import MMPOInputError
@@ -217,3 +219,17 @@ def test_a_module_beside_the_recipe_is_imported_and_recorded_for_the_workers(tmp
 def test_a_missing_plugin_module_is_named_with_the_fix(tmp_path):
     with pytest.raises(MMPOInputError, match=r"no module named 'not_there_for_test' beside"):
         plugins.load_plugins(["not_there_for_test"], tmp_path)
+
+
+def test_an_annotated_option_is_checked_when_the_section_is_read(scratch_registry):
+    """A constraint on an option (``Annotated[float, Field(gt=0)]``) holds in the recipe's
+    section, so ``--dry-run`` refuses a bad value before any step."""
+    from nemo_mmpo.nemo_rl.estimator_settings import read_estimator_settings
+
+    @register_estimator("capped_for_test")
+    def capped(groups, objective, cap_for_test: Annotated[float, Field(gt=0)] = 1.0):
+        return groups.rewards.double().clamp(max=cap_for_test)
+
+    assert read_estimator_settings({"name": "capped_for_test"}).options == {"cap_for_test": 1.0}
+    with pytest.raises(MMPOInputError, match="cap_for_test"):
+        read_estimator_settings({"name": "capped_for_test", "cap_for_test": -1.0})
