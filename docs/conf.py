@@ -41,7 +41,10 @@ napoleon_numpy_docstring = False
 # inventory here (no network at build time), so they are named once below; a broken
 # reference to our own pages or objects still fails the build.
 nitpick_ignore_regex = [
-    (r"py:.*", r"(torch|numpy|np|pydantic|pathlib|collections\.abc|typing|typing_extensions)(\..*)?"),
+    (
+        r"py:.*",
+        r"(torch|numpy|np|pydantic|pathlib|collections\.abc|typing|typing_extensions)(\..*)?",
+    ),
     (r"py:.*", r"(Tensor|Any|Callable|Iterable|Mapping|Sequence|Literal|TypeVar|T|ndarray)"),
     (r"py:class", r"(int|float|str|bool|dict|list|tuple|None|object|type)"),
     # a TypeVar, and a NeMo-RL constant an adapter docstring names without its module
