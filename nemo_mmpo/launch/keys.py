@@ -35,7 +35,12 @@ from nemo_mmpo.eval.protocol import EvaluationSettings
 from nemo_mmpo.losses import all_loss_names, loss_names
 from nemo_mmpo.nemo_rl.advantage_estimator import MMPOAdvantageEstimator
 from nemo_mmpo.nemo_rl.dmpo_batch_terms import DMPOSettings, attach_penalty_terms
-from nemo_mmpo.nemo_rl.estimator_settings import estimator_names, mmpo_formulas, section_model
+from nemo_mmpo.nemo_rl.estimator_settings import (
+    default_family,
+    estimator_names,
+    mmpo_formulas,
+    section_model,
+)
 from nemo_mmpo.nemo_rl.names import (
     DMPO_METRICS,
     ESTIMATOR_METRICS,
@@ -393,7 +398,7 @@ def paper_loss_table() -> str:
 
 def _estimator_metrics() -> list[str]:
     """The ``mmpo/`` metric names the estimator logs, from running it on two groups."""
-    estimator = MMPOAdvantageEstimator({"name": "mmpo", "truncation_order": 2})
+    estimator = MMPOAdvantageEstimator({"name": default_family(), "truncation_order": 2})
     prompts = torch.tensor([[1, 2]] * 4 + [[3, 4]] * 4)
     rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0])
     estimator.compute_advantage(prompts, rewards, torch.ones(8, 5))

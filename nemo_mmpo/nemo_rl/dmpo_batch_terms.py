@@ -240,7 +240,7 @@ def penalty_term(next_token_logprobs: torch.Tensor, data: Any) -> torch.Tensor:
             "nemo-mmpo adds them in NeMo-RL's grpo_train and async_grpo_train (after "
             "nemo_mmpo.nemo_rl.install()); this trainer did not call the hooked "
             "_apply_configured_message_level_advantage_penalties. Use those trainers "
-            "(data_plane.enabled=false) or loss_fn.name=mmpo"
+            f"(data_plane.enabled=false) or loss_fn.name={loss_names()[0]}"
         )
     token_mask = data["token_mask"]
     phi = token_means(next_token_logprobs, token_mask)

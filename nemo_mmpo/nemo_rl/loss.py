@@ -33,7 +33,10 @@ class MMPOClippedPGLossFn(ClippedPGLossFn):
         super().__init__(cfg, *args, **kwargs)
         deviations = paper_setting_deviations(cfg)
         if deviations:
-            print(f"[nemo-mmpo] loss_fn.name=mmpo with non-paper settings: {', '.join(deviations)}")
+            name = sections.value(cfg, "name")
+            print(
+                f"[nemo-mmpo] loss_fn.name={name} with non-paper settings: {', '.join(deviations)}"
+            )
 
 
 class DMPOLossFn(ClippedPGLossFn):
@@ -56,7 +59,10 @@ class DMPOLossFn(ClippedPGLossFn):
         self.dmpo = dmpo.read_dmpo_settings(cfg)
         deviations = paper_setting_deviations(cfg) + self.dmpo.deviations()
         if deviations:
-            print(f"[nemo-mmpo] loss_fn.name=dmpo with non-paper settings: {', '.join(deviations)}")
+            name = sections.value(cfg, "name")
+            print(
+                f"[nemo-mmpo] loss_fn.name={name} with non-paper settings: {', '.join(deviations)}"
+            )
 
     def __call__(
         self,
