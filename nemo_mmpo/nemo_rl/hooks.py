@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,11 @@ from nemo_mmpo.nemo_rl.contract import (
 )
 from nemo_mmpo.nemo_rl.estimator_settings import estimator_names
 from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names, unreachable_literal
+from nemo_mmpo.nemo_rl.refusals import (
+    batch_terms_refused,
+    in_master_config,
+    single_controller_problem,
+)
 from nemo_mmpo.plugins import load_from_environment
 from nemo_mmpo.registry import freeze
 
@@ -96,6 +102,8 @@ class Hook:
 
 
 _TRAINERS = ("grpo_train", "async_grpo_train")
+SYNC, SINGLE = wrappers.SYNC_TRAINER, wrappers.SINGLE_CONTROLLER_TRAINER
+_no_terms = batch_terms_refused
 #: ``{module: {name: hook}}``; only the ``grpo`` module must exist.
 HOOKS: dict[str, dict[str, Hook]] = {
     GRPO: {
@@ -123,8 +131,12 @@ HOOKS: dict[str, dict[str, Hook]] = {
         ),
     },
     GRPO_SYNC: {
+        # grpo_train_sync never calls the penalties hook: a loss with per-batch terms refused
         "_create_advantage_estimator": Hook(
-            wrappers.sync_estimator_factory, ("master_config",), ("grpo_train_sync",), "estimator"
+            partial(wrappers.estimator_factory, problem=in_master_config(_no_terms(SYNC))),
+            ("master_config",),
+            ("grpo_train_sync",),
+            "estimator",
         ),
         "_log_mixed_rewards_and_advantages_information": Hook(
             wrappers.metrics_logger, ("metrics",), ("grpo_train_sync",)
@@ -139,8 +151,14 @@ HOOKS: dict[str, dict[str, Hook]] = {
     SINGLE_CONTROLLER: {
         # imported from grpo and called by setup_single_controller; where NeMo-RL imports it
         # from grpo or ppo inside _build_advantage_estimator, that function is hooked instead
+        # called once per streaming chunk in the controller's actor; no penalties hook, no
+        # validation: per-batch terms and evaluation.in_loop refused (with install(loss=False) too)
         "_create_advantage_estimator": Hook(
-            wrappers.single_controller_estimator_factory,
+            partial(
+                wrappers.estimator_factory,
+                problem=single_controller_problem(SINGLE),
+                streaming_chunks=True,
+            ),
             ("master_config",),
             ("setup_single_controller",),
             "estimator",
@@ -148,7 +166,10 @@ HOOKS: dict[str, dict[str, Hook]] = {
             follow_wrap=wrappers.single_controller_builder,
         ),
         "ClippedPGLossFn": Hook(
-            wrappers.single_controller_loss_factory, ("cfg",), ("setup_single_controller",), "loss"
+            partial(wrappers.loss_factory, problem=_no_terms(SINGLE)),
+            ("cfg",),
+            ("setup_single_controller",),
+            "loss",
         ),
         # where NeMo-RL has a pool of advantage actors: refused for our estimators
         "create_advantage_actors": Hook(

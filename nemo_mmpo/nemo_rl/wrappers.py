@@ -37,9 +37,7 @@ from nemo_mmpo.nemo_rl.outcomes import (
 from nemo_mmpo.nemo_rl.refusals import (
     Problem,
     batch_terms_entry,
-    batch_terms_refused,
     factory_names,
-    in_master_config,
     ppo_estimator_problem,
     ppo_loss_problem,
     refuse,
@@ -327,25 +325,16 @@ def sync_validation(original: Any) -> Any:
 
 
 # --- per trainer ------------------------------------------------------------------------------
-def sync_estimator_factory(original: Any) -> Any:
-    """``grpo_sync``'s factory: DMPO refused (``grpo_train_sync`` never calls the penalties
-    hook)."""
-    trainer = "grpo_train_sync (data_plane.enabled=true)"
-    return estimator_factory(original, in_master_config(batch_terms_refused(trainer)))
-
-
-def single_controller_estimator_factory(original: Any) -> Any:
-    """The single controller's factory: ours with streaming chunks (called once per chunk in
-    its actor); DMPO and ``evaluation.in_loop`` refused, also with ``install(loss=False)``."""
-    trainer = "single controller (run_grpo_single_controller.py)"
-    return estimator_factory(original, single_controller_problem(trainer), True)
+#: how the refusals name the trainers whose terms differ from grpo_train's
+SYNC_TRAINER = "grpo_train_sync (data_plane.enabled=true)"
+SINGLE_CONTROLLER_TRAINER = "single controller (run_grpo_single_controller.py)"
 
 
 def single_controller_builder(original: Any) -> Any:
     """A function of the single controller's setup that imports a factory inside its body
     (``_build_advantage_estimator``): the factory hook it reaches builds on the single
     controller's terms; our name coming back as anything else stops the run in one line."""
-    trainer = "single controller (run_grpo_single_controller.py)"
+    trainer = SINGLE_CONTROLLER_TRAINER
     terms = (single_controller_problem(trainer), True)
 
     @functools.wraps(original)
@@ -422,12 +411,6 @@ def gpu_only_setup(original: Any) -> Any:
         return original(*args, **kwargs)
 
     return setup_single_controller
-
-
-def single_controller_loss_factory(original: type) -> Any:
-    """The single controller's loss: DMPO refused (it never calls the penalties hook)."""
-    trainer = "single controller (run_grpo_single_controller.py)"
-    return loss_factory(original, batch_terms_refused(trainer))
 
 
 def ppo_estimator_factory(original: Any) -> Any:
