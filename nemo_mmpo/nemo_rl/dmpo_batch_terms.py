@@ -15,7 +15,6 @@ NeMo-RL's ``train_data``; :class:`~nemo_mmpo.nemo_rl.loss.DMPOLossFn` reads them
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any
 
@@ -27,7 +26,7 @@ from nemo_mmpo.dmpo import PAPER_COEFFICIENT, PAPER_TEMPERATURE, linearized_pena
 from nemo_mmpo.errors import MMPOInputError
 from nemo_mmpo.grouping import group_ids_from_prompt_rows
 from nemo_mmpo.losses import loss_entry, loss_names
-from nemo_mmpo.nemo_rl.names import DMPO_METRICS
+from nemo_mmpo.nemo_rl.names import DMPO_METRICS, near_miss
 from nemo_mmpo.settings import Settings, changed_settings, parse
 
 SHARE_KEY = "dmpo_penalty_share"
@@ -74,9 +73,9 @@ def misspelt_dmpo_key(loss_config: Any) -> str | None:
     for key in sections.present_keys(loss_config):
         if key in known:
             continue
-        close = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.8)
+        close = near_miss(key, known)
         if key.lower().startswith("dmpo") or close:
-            hint = f"did you mean loss_fn.{close[0]}? " if close else ""
+            hint = f"did you mean loss_fn.{close}? " if close else ""
             return (
                 f"loss_fn.{key}={sections.value(loss_config, key)!r} is not a setting of DMPO "
                 f"(nothing would read it): {hint}DMPO's keys are {', '.join(known)}"

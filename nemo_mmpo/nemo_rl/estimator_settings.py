@@ -105,7 +105,7 @@ def _section_model(registered: tuple[str, ...]) -> type[Settings]:
         "AdvantageEstimatorSection",
         __base__=Settings,
         name=(str, default_family()),
-        estimator=(str | None, None),
+        estimator=(str | None, family_members()[0]),  # the default family's default
         truncation_order=(Annotated[int, Field(ge=1)], 4),
         moment_transform=(Literal[TRANSFORMS], "none"),  # type: ignore[valid-type]
         transform_constant=(float | None, None),

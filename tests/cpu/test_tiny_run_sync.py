@@ -14,6 +14,13 @@ evaluation ran inside the loop at its period, through the hooked ``validate_sync
 run starts at the saved step and runs each later step once; every step is on-policy (vLLM
 samples from the weights the worker exports, both float32). NeMo-RL main only: the data plane
 NeMo-RL v0.7.0 ships pins another TransferQueue (b266d39, numpy < 2).
+
+The recipe is a researcher's, in a folder of its own beside their plug-in module
+(``nemo_mmpo.plugins``, docs/own-objective.md): its estimator is MMPO's plug-in formula
+registered under the researcher's name, its loss NeMo-RL's surrogate plus a logged term of
+weight 0, so the run trains what ``name: mmpo`` trains while the plug-in goes everywhere a
+plug-in must: the driver, ``grpo_train_sync``'s hooks, and the Megatron workers, which import
+the module to unpickle the loss (its metric logged at every step proves the loss they ran).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from killed_runs import (
     run_until_step_then_kill,
 )
 from learning_check import fifty_step_overrides
-from nemo_rl_support import CONFIGS_DIR, Console, import_nemo_rl, nemo_rl_checkout
+from nemo_rl_support import Console, import_nemo_rl, nemo_rl_checkout
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.main_snapshot, pytest.mark.long_run]
 import_nemo_rl("vllm")
@@ -41,9 +48,42 @@ import_nemo_rl("transfer_queue")
 from nemo_mmpo.cpu.rig import driver
 from nemo_mmpo.cpu.spread.curves import reward_curve
 from nemo_mmpo.nemo_rl import install
+from nemo_mmpo.plugins import load_plugins, recipe_plugins
 from nemo_mmpo.recipes import load
 
 RECIPE = "mmpo_tiny_cpu_sync.yaml"
+#: the researcher's plug-in (beside their recipe) and the metric its loss logs every step
+PLUGIN = """
+from nemo_rl.algorithms.loss import ClippedPGLossFn
+
+from nemo_mmpo import register_estimator
+from nemo_mmpo.estimators import get_estimator
+from nemo_mmpo.losses import register_loss
+
+
+@register_estimator("plugin_of_a_researcher")
+def plugin_of_a_researcher(groups, objective):
+    return get_estimator("plugin")(groups, objective)
+
+
+@register_loss("surrogate_of_a_researcher")
+class SurrogateOfAResearcher(ClippedPGLossFn):
+    def __call__(self, next_token_logprobs, data, *args, **kwargs):
+        loss, metrics = super().__call__(next_token_logprobs, data, *args, **kwargs)
+        term = next_token_logprobs.mean()
+        metrics["researcher/logged_term"] = term.item()
+        return loss + 0.0 * term, metrics  # logged, not trained: the run stays MMPO's
+"""
+RESEARCHERS_RECIPE = f"""defaults: nemo_mmpo/{RECIPE}
+nemo_mmpo:
+  plugins: [objectives_of_a_researcher]
+grpo:
+  adv_estimator:
+    name: plugin_of_a_researcher
+loss_fn:
+  name: surrogate_of_a_researcher
+"""
+LOSS_METRIC = "train/researcher/logged_term"
 STEPS = 4
 #: the paper's evaluation inside the loop every 2 steps (2 and 4: one before the kill, one
 #: after the resume), 2 samples per held-out problem
@@ -89,9 +129,14 @@ def test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9(
         f"grpo.max_num_steps={STEPS}",
         *IN_LOOP_EVERY_2,
     ]
+    folder = tmp_path / "my_project"  # the researcher's recipe beside their plug-in
+    folder.mkdir()
+    (folder / "objectives_of_a_researcher.py").write_text(PLUGIN)
+    recipe = folder / "my_recipe.yaml"
+    recipe.write_text(RESEARCHERS_RECIPE)
     # the killed run: a subprocess, as a person runs the recipe
     killed = run_until_step_then_kill(
-        RECIPE, [*overrides, "checkpointing.save_period=2"], tmp_path, STEPS, kill_after=3
+        str(recipe), [*overrides, "checkpointing.save_period=2"], tmp_path, STEPS, kill_after=3
     )
     assert f"step    2/{STEPS}" in killed
     assert (tmp_path / "checkpoints" / "step_2" / "policy" / "weights").is_dir()
@@ -115,6 +160,9 @@ def test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9(
         partitions.append(kwargs.get("num_samples"))
         return prepare_step(self, *args, **kwargs)
 
+    # the plug-in, as `nemo-mmpo train` imports it (before install(), which fixes the registry)
+    loaded = load(recipe, overrides)
+    load_plugins(recipe_plugins(loaded.config), folder)
     # a stand-in that keeps the hooked grpo_train's name, signature and hook marks, so the
     # driver's install() finds its hook in place (install() refuses a grpo_train of another
     # name or signature: an alias off the trainer's path)
@@ -127,7 +175,7 @@ def test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9(
     monkeypatch.setattr(tq_policy, "prepare_step", counted_prepare_step)
     monkeypatch.setattr(grpo, "grpo_train", no_legacy)
     console = Console()
-    summary = driver.run(load(CONFIGS_DIR / RECIPE, overrides).config, console=console)
+    summary = driver.run(loaded.config, console=console)
     start = check_resumed(console.lines, summary, STEPS)
     assert partitions == [64] * (STEPS - start)  # 8 prompts x 8 rollouts a step
     logs = tmp_path / "logs"
@@ -138,11 +186,13 @@ def test_sync_recipe_trains_mmpo_evaluates_and_resumes_after_kill_9(
     trained = logged_steps(logs, "train/reward")
     assert set(range(start + 1, STEPS + 1)) <= trained
     assert logged_steps(logs, MMPO_METRIC) == trained
+    assert logged_steps(logs, LOSS_METRIC) == trained  # the workers ran the plug-in's loss
     assert {step for step, _ in reward_curve(logs, "validation/paper/average")} >= {STEPS}
     report(
         request,
         f"megatron-worker {nemo_rl_checkout().name}: NeMo-RL's grpo_train_sync (TransferQueue, "
-        f"TQPolicy over MegatronPolicyWorker TP2) trained {RECIPE} with mmpo for {STEPS} steps, "
+        f"TQPolicy over MegatronPolicyWorker TP2) trained {RECIPE} with a researcher's plug-in "
+        f"estimator and loss (MMPO's formula, NeMo-RL's surrogate) for {STEPS} steps, "
         f"mmpo/ metrics logged at steps {sorted(trained)}, the paper's evaluation in the loop "
         f"(validate_sync) at steps 2 and {STEPS}, killed with SIGKILL and resumed from its "
         f"Megatron checkpoint of step {start} (Adam's state found there by NeMo-RL's "

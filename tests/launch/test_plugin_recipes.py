@@ -23,7 +23,6 @@ nemo_mmpo:
 grpo:
   adv_estimator:
     name: {estimator}
-    estimator: null
 """
 
 

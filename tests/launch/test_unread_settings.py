@@ -194,7 +194,9 @@ def test_a_new_estimators_group_size_need_reaches_the_run_and_the_dry_run():
         order = objective.truncation_order
         return GroupSizeNeed(order + 1, f"G > truncation_order T={order}", "lower truncation_order")
 
-    @register_estimator("needs_more_than_order_for_test", group_size=at_least_order_plus_one)
+    @register_estimator(
+        "needs_more_than_order_for_test", family="mmpo", group_size=at_least_order_plus_one
+    )
     def estimator(groups, objective):
         return groups.rewards - groups.gather(groups.success_rate)
 
