@@ -53,6 +53,18 @@ if ! (cd "$WORK_DIR" && NEMO_RL_PATH="$NEMO_RL_HOST_DIR" PYTHONPATH="$MMPO_DIR${
     echo "Not submitted: the watcher's check above failed (fix the recipe or overrides, then submit again)" >&2
     exit 2
 fi
+# One GPU, asked for as the partition declares GPUs: by GRES where its nodes have GPU GRES;
+# without --gres where they have none (sbatch would refuse it there), the job's node whole
+GRES_OPTIONS=()
+if ! partition_gres="$(sinfo -p "$PARTITION" -h -o '%G' 2>&1)"; then
+    echo "Not submitted: sinfo -p $PARTITION failed: $(head -n 1 <<< "$partition_gres")" >&2
+    exit 2
+elif grep -q 'gpu:' <<< "$partition_gres"; then
+    GRES_OPTIONS=(--gres=gpu:1)
+else
+    GRES_OPTIONS=(--exclusive)
+    echo "partition $PARTITION: its nodes declare no GPU GRES; the watcher takes a whole node (--exclusive), as ray.sub does there" >&2
+fi
 mkdir -p "$LOG_DIR"  # Slurm does not create the --output folder
 QUOTED_OVERRIDES=""  # (printf '%q ' with no argument would pass one empty argument)
 [[ $# -gt 0 ]] && QUOTED_OVERRIDES=" $(printf '%q ' "$@")"
@@ -63,6 +75,6 @@ WATCH="cd $(printf '%q' "$WORK_DIR") && NEMO_RL_PATH=$NEMO_RL_DIR PYTHONPATH=$(p
     --partition="$PARTITION" \
     --job-name="$JOB_NAME" \
     --time="$TIME" \
-    --gres=gpu:1 \
+    "${GRES_OPTIONS[@]}" \
     --output="$LOG_DIR/%x-%j.out" \
     --wrap="srun --container-image=$CONTAINER --container-mounts=$MOUNTS --container-workdir=$WORK_DIR bash -c $(printf '%q' "$WATCH")"

@@ -550,3 +550,16 @@ def test_a_finished_job_with_every_node_up_says_so(tmp_path):
     assert result.stdout.splitlines()[-1] == (
         f"mmpo: ray.sub finished; newest checkpoint: {checkpoints}/step_12"
     )
+
+
+@pytest.mark.parametrize(
+    ("gres", "asked", "said"),
+    [("gpu:8", "--gres=gpu:1", ""), ("(null)", "--exclusive", "declare no GPU GRES")],
+)
+def test_the_watcher_asks_for_its_gpu_as_the_partition_declares_gpus(tmp_path, gres, asked, said):
+    """One GPU by GRES where the nodes declare GPU GRES; a whole node, no ``--gres`` (which
+    sbatch refuses there), where they declare none."""
+    watcher = submit("watch_mmpo.sh", tmp_path, {"FAKE_GRES": gres})
+    arguments = shlex.split(watcher["ARGS"].split(" --wrap=")[0])
+    assert asked in arguments and ("--gres=gpu:1" in arguments) == (asked == "--gres=gpu:1")
+    assert said in watcher["STDERR"]
