@@ -130,14 +130,14 @@ class VLLMSampler:
         params = SamplingParams(
             n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens
         )
-        outputs = self.engine.generate(self._texts(prompts), params)
+        outputs = self.engine.generate(self._token_prompts(prompts), params)
         return [[choice.text for choice in output.outputs] for output in outputs]
 
     def _generate_seeded_rows(self, prompts: Sequence[str], n: int) -> list[list[str]]:
         """``n`` rows per prompt, row ``r`` of the call seeded :func:`row_seed` (seed, r)."""
         from vllm import SamplingParams
 
-        rows = [text for text in self._texts(prompts) for _ in range(n)]
+        rows = [prompt for prompt in self._token_prompts(prompts) for _ in range(n)]
         params = [
             SamplingParams(
                 n=1,
@@ -151,6 +151,15 @@ class VLLMSampler:
         outputs = self.engine.generate(rows, params)
         texts = [output.outputs[0].text for output in outputs]
         return [texts[index * n : (index + 1) * n] for index in range(len(prompts))]
+
+    def _token_prompts(self, prompts: Sequence[str]) -> list[dict[str, list[int]]]:
+        """The prompts as token ids, tokenized as NeMo-RL tokenizes its training prompts:
+        without special tokens (the text, chat-templated, already holds them; vLLM's own
+        tokenization would add a second BOS for a Llama-style tokenizer)."""
+        return [
+            {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
+            for text in self._texts(prompts)
+        ]
 
     def _texts(self, prompts: Sequence[str]) -> list[str]:
         return [
@@ -225,7 +234,10 @@ class TransformersSampler:
         draws = n if self.temperature > 0 else 1  # greedy: n copies of one continuation
         for start in range(0, len(prompts), self.batch_size):
             chunk = [self._text(prompt) for prompt in prompts[start : start + self.batch_size]]
-            inputs = self.tokenizer(chunk, return_tensors="pt", padding=True).to(self.device)
+            # without special tokens, as NeMo-RL tokenizes its training prompts
+            inputs = self.tokenizer(
+                chunk, return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(self.device)
             with torch.no_grad():
                 output = self.engine.generate(
                     **inputs,
