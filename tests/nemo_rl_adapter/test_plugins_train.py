@@ -50,6 +50,25 @@ class SurrogatePlus(ClippedPGLossFn):
         return loss + self.extra_weight * extra, metrics
 
 
+class TokenAdvantages:
+    # NeMo-RL's estimator protocol: token-level advantages, metrics in last_metrics
+
+    def __init__(self, estimator_config, loss_config):
+        self.scale = value(estimator_config, "class_scale", 1.0)
+        self.last_metrics = {}
+
+    def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):
+        from nemo_mmpo import compute_advantages, group_ids_from_prompt_rows
+
+        groups = group_ids_from_prompt_rows(prompt_ids)
+        advantages = self.scale * compute_advantages(rewards, groups, None, "plugin")
+        self.last_metrics = {"researcher/class_advantage_abs": advantages.abs().mean().item()}
+        return advantages.unsqueeze(-1).expand(mask.shape).to(torch.float32)
+
+
+register_estimator("class_of_a_researcher", TokenAdvantages, options={"class_scale": 1.0})
+
+
 @register_loss("vector_loss_of_a_researcher")
 class VectorLoss(ClippedPGLossFn):
     def __call__(self, next_token_logprobs, data, *args, **kwargs):
@@ -214,3 +233,44 @@ def test_ray_workers_import_the_plugin_to_unpickle_its_loss(researchers_folder, 
 
 
 ENVIRONMENT = ("NEMO_MMPO_PLUGINS", "NEMO_MMPO_PLUGIN_PATH", "PYTHONPATH")
+
+
+def test_grpo_train_trains_a_researchers_class_estimator(ray_cluster, researchers_folder, tmp_path):
+    """A class with NeMo-RL's ``compute_advantage`` protocol: built as NeMo-RL builds its own,
+    its output checked, its ``last_metrics`` logged at every step."""
+    install()
+    config = master_config_from_recipe(
+        "mmpo_math_qwen3_1.7b.yaml",
+        [
+            *TINY_RUN,
+            "grpo.adv_estimator.name=class_of_a_researcher",
+            "++grpo.adv_estimator.class_scale=2.0",
+        ],
+    )
+    policy, logger, _ = run_trainer(grpo.grpo_train, config, tmp_path)
+    assert len(policy.train_calls) == 2
+    for call in policy.train_calls:
+        assert type(call["loss_fn"]).__name__ == "MMPOClippedPGLossFn"
+    steps = [
+        step
+        for name, values in logger.metrics.items()
+        if name.endswith("researcher/class_advantage_abs")
+        for step, _ in values
+    ]
+    assert sorted(set(steps)) == [1, 2]
+
+
+def test_the_single_controller_refuses_a_class_estimator_in_one_line(researchers_folder):
+    """The single controller calls its estimator once per streaming chunk; nemo-mmpo combines
+    the chunks' metrics for function estimators only, so a class is refused when it is built."""
+    setup = pytest.importorskip("nemo_rl.algorithms.single_controller_utils.setup")
+    from nemo_mmpo.errors import MMPOInputError
+
+    install()
+    config = master_config_from_recipe(
+        "mmpo_math_qwen3_1.7b.yaml", ["grpo.adv_estimator.name=class_of_a_researcher"]
+    )
+    with pytest.raises(MMPOInputError) as raised:
+        setup._create_advantage_estimator(config)
+    message = str(raised.value)
+    assert "'class_of_a_researcher'" in message and MODULE in message and "\n" not in message
