@@ -279,6 +279,8 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
     ):
         if optimizer_path is not None:
             policy.load_optimizer(optimizer_path)
+        # asked before training: a trainer may shut its engines down when it ends (the sync one)
+        interpreters = worker_interpreters(policy, generation)
         arguments = {
             "policy": policy,
             "policy_generation": generation,
@@ -301,7 +303,6 @@ def _run(settings: TinySettings, raw_config: dict[str, Any], console: Any) -> di
             data_plane.train_sync(arguments, dataloader)
         else:
             grpo.grpo_train(wrapped_dataloader=dataloader, **arguments)
-        interpreters = worker_interpreters(policy, generation)
         if interpreters:  # NeMo-RL's workers: each in the environment its registry names
             note(f"workers' interpreters: {json.dumps(interpreters)}")
     return run_summary(checkpointer, held_out_file, master["logger"]["log_dir"], note)
