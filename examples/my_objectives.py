@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from nemo_mmpo import MMPOInputError, MomentObjective, RewardGroups, register_estimator
+from nemo_mmpo import MMPOInputError, MomentObjective, RewardGroups, register_estimator, sections
 from nemo_mmpo.losses import register_loss
-from nemo_mmpo import sections
 
 try:
     from nemo_rl.algorithms.loss import ClippedPGLossFn
