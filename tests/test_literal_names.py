@@ -10,7 +10,7 @@ from typing import Literal, Optional
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names, unreachable_literal
+from nemo_mmpo.nemo_rl.newer_nemo_rl import accept_our_estimator_names, unreachable_literal
 
 
 def merged_shape():

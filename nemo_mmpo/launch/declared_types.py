@@ -8,7 +8,7 @@ and what NeMo-RL accepts there. What it accepts only by converting it (``"3"`` o
 integer: pydantic's lax mode) is a warning naming the value NeMo-RL will read, and the config the
 other rules and the plan see holds that value, as NeMo-RL's does. Our estimator names are
 accepted as :func:`~nemo_mmpo.nemo_rl.install` makes NeMo-RL accept them, where its
-``grpo.adv_estimator.name`` is a ``Literal`` (:mod:`nemo_mmpo.nemo_rl.literal_names`).
+``grpo.adv_estimator.name`` is a ``Literal`` (:mod:`nemo_mmpo.nemo_rl.newer_nemo_rl`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nemo_mmpo import sections
 from nemo_mmpo.checkout import find_nemo_rl_root
 from nemo_mmpo.launch import trainers
 from nemo_mmpo.launch.declarations import declared_class, declared_objects
-from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names
+from nemo_mmpo.nemo_rl.newer_nemo_rl import accept_our_estimator_names
 
 #: our own top-level sections, which NeMo-RL's MasterConfig keeps as extras and never reads
 OUR_SECTIONS = ("cpu_backend", "evaluation", "nemo_mmpo")

@@ -23,37 +23,8 @@ from nemo_mmpo.nemo_rl.estimator_settings import (
     unread_estimator_settings,
 )
 from nemo_mmpo.nemo_rl.names import ESTIMATOR_METRICS
+from nemo_mmpo.nemo_rl.newer_nemo_rl import VALID_MASK, advantage_result_type, row_mask_keywords
 from nemo_mmpo.settings import report_unread
-
-
-def advantage_result_type() -> type | None:
-    """NeMo-RL's ``AdvantageResult`` when the installed NeMo-RL has one (else None)."""
-    try:
-        from nemo_rl.algorithms import advantage_estimator
-    except ImportError:
-        return None
-    return getattr(advantage_estimator, "AdvantageResult", None)
-
-
-#: our own keyword for row validity (``[batch]``, 0: the row takes no part in its group)
-VALID_MASK = "valid_mask"
-
-
-def row_mask_keywords() -> tuple[str, ...]:
-    """The keywords NeMo-RL passes row validity under: ``valid_mask``, and every
-    ``*_mask`` parameter but the token ``mask`` that NeMo-RL's own GRPO estimator declares in
-    ``compute_advantage`` (read from its signature, so a NeMo-RL that passes it as, say,
-    ``sample_mask=`` has our estimator read it too, not swallow it in ``**kwargs``)."""
-    import inspect
-
-    try:
-        from nemo_rl.algorithms.advantage_estimator import GRPOAdvantageEstimator
-
-        parameters = inspect.signature(GRPOAdvantageEstimator.compute_advantage).parameters
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return (VALID_MASK,)
-    theirs = [name for name in parameters if name.endswith("_mask") and name != VALID_MASK]
-    return (VALID_MASK, *theirs)
 
 
 def _non_binary_hint(error: MMPOInputError) -> MMPOInputError:

@@ -5,7 +5,7 @@ NeMo-RL has no registry for estimators or losses (its factory is an if/elif, ``s
 name in each module that calls it: :data:`HOOKS` is that table, per trainer (the replacements:
 :mod:`~nemo_mmpo.nemo_rl.wrappers`). Before wrapping anything it checks NeMo-RL's side of the
 contract (:mod:`~nemo_mmpo.nemo_rl.contract`) and refuses in one error; it adds our names where
-NeMo-RL's config lists its own as a ``Literal`` (:mod:`~nemo_mmpo.nemo_rl.literal_names`) and
+NeMo-RL's config lists its own as a ``Literal`` (:mod:`~nemo_mmpo.nemo_rl.newer_nemo_rl`) and
 puts this package on the Ray workers' ``PYTHONPATH``. Idempotent. What each hook does and why,
 and what is refused: docs/integration.md.
 """
@@ -47,7 +47,7 @@ from nemo_mmpo.nemo_rl.contract import (
     version_problem,
 )
 from nemo_mmpo.nemo_rl.estimator_settings import estimator_names
-from nemo_mmpo.nemo_rl.literal_names import accept_our_estimator_names, unreachable_literal
+from nemo_mmpo.nemo_rl.newer_nemo_rl import accept_our_estimator_names, unreachable_literal
 from nemo_mmpo.nemo_rl.refusals import (
     batch_terms_refused,
     in_master_config,
@@ -446,7 +446,7 @@ def _wrap(points: list[tuple[Any, str, Any, Hook]]) -> list[str]:
 def _accept_names_in_every_master_config(modules: set[Any]) -> None:
     """Our names in each ``MasterConfig`` that holds ``grpo.adv_estimator`` (``grpo``'s, and the
     single controller's, which holds the same ``GRPOConfig``: each is rebuilt,
-    :mod:`~nemo_mmpo.nemo_rl.literal_names`); raises one error where a ``Literal`` ``name``
+    :mod:`~nemo_mmpo.nemo_rl.newer_nemo_rl`); raises one error where a ``Literal`` ``name``
     sits where our names cannot be added."""
     masters = {
         id(master): master

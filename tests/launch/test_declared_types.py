@@ -19,7 +19,7 @@ from snapshots import snapshot_archives, unpack
 from nemo_mmpo.errors import handle
 from nemo_mmpo.launch import declared_types, train
 from nemo_mmpo.launch.declarations import declared_class, unknown
-from nemo_mmpo.nemo_rl import literal_names
+from nemo_mmpo.nemo_rl import newer_nemo_rl
 from nemo_mmpo.nemo_rl.names import NEMO_RL_ESTIMATORS
 from nemo_mmpo.recipes import load
 
@@ -202,7 +202,7 @@ def test_the_literal_copy_refuses_mmpo_without_our_names(literal_checkout, monke
 
 def test_a_plain_string_name_is_left_alone(checkouts):
     for checkout in checkouts.values():
-        assert literal_names.accept_our_estimator_names(declared_class(checkout.root)) == []
+        assert newer_nemo_rl.accept_our_estimator_names(declared_class(checkout.root)) == []
 
 
 @pytest.mark.nemo_rl

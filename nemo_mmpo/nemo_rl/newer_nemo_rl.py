@@ -1,12 +1,20 @@
-"""Our estimator names inside a NeMo-RL whose estimator config lists its own as a ``Literal``.
+"""What nemo-mmpo reads of NeMo-RL shapes newer than its v0.7.0 snapshot, in one place.
 
-There ``MasterConfig(**config)`` would refuse ``name: mmpo`` before our factory hook is called.
-:func:`accept_our_estimator_names` adds our names to the ``Literal`` once and rebuilds, innermost
-first, every model of the chain not rebuilt since (estimator config, ``GRPOConfig``, each
-``MasterConfig`` holding it: grpo's and the single controller's); every other name stays refused,
-and PPO's own ``Literal`` is left alone. :func:`unreachable_literal` names a ``Literal`` the chain
-cannot reach (a union of models on the way), which ``install()`` refuses. Where ``name`` is a
-plain ``str`` nothing changes. No ``nemo_rl`` import here.
+- Estimator names as a ``Literal`` in NeMo-RL's estimator config: there ``MasterConfig(**config)``
+  would refuse ``name: mmpo`` before our factory hook is called. :func:`accept_our_estimator_names`
+  adds our names to the ``Literal`` once and rebuilds, innermost first, every model of the chain
+  not rebuilt since (estimator config, ``GRPOConfig``, each ``MasterConfig`` holding it: grpo's
+  and the single controller's); every other name stays refused, and PPO's own ``Literal`` is left
+  alone. :func:`unreachable_literal` names a ``Literal`` the chain cannot reach (a union of models
+  on the way), which ``install()`` refuses. Where ``name`` is a plain ``str`` nothing changes.
+- ``AdvantageResult`` (:func:`advantage_result_type`): estimators return advantages and metrics.
+- Row validity passed to ``compute_advantage`` under NeMo-RL's keyword (:func:`row_mask_keywords`).
+
+The hooks for the newer single controller (a factory imported inside ``_build_advantage_estimator``,
+the pool of advantage actors, the advantage stage's own module) are entries of the hook table
+(:data:`~nemo_mmpo.nemo_rl.hooks.HOOKS`, marked ``required=False`` or ``follow``) and of
+:mod:`~nemo_mmpo.nemo_rl.actor_hooks`; their history is in docs/integration-history.md. No
+``nemo_rl`` import at import time here.
 """
 
 from __future__ import annotations
@@ -105,3 +113,33 @@ def unreachable_literal(master_config: type) -> str | None:
                     "models): MasterConfig(**config) would refuse our estimator names"
                 )
     return None
+
+
+def advantage_result_type() -> type | None:
+    """NeMo-RL's ``AdvantageResult`` when the installed NeMo-RL has one (else None)."""
+    try:
+        from nemo_rl.algorithms import advantage_estimator
+    except ImportError:
+        return None
+    return getattr(advantage_estimator, "AdvantageResult", None)
+
+
+#: our own keyword for row validity (``[batch]``, 0: the row takes no part in its group)
+VALID_MASK = "valid_mask"
+
+
+def row_mask_keywords() -> tuple[str, ...]:
+    """The keywords NeMo-RL passes row validity under: ``valid_mask``, and every
+    ``*_mask`` parameter but the token ``mask`` that NeMo-RL's own GRPO estimator declares in
+    ``compute_advantage`` (read from its signature, so a NeMo-RL that passes it as, say,
+    ``sample_mask=`` has our estimator read it too, not swallow it in ``**kwargs``)."""
+    import inspect
+
+    try:
+        from nemo_rl.algorithms.advantage_estimator import GRPOAdvantageEstimator
+
+        parameters = inspect.signature(GRPOAdvantageEstimator.compute_advantage).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return (VALID_MASK,)
+    theirs = [name for name in parameters if name.endswith("_mask") and name != VALID_MASK]
+    return (VALID_MASK, *theirs)
