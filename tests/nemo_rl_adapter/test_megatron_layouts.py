@@ -146,7 +146,11 @@ def build_losses():
         "dmpo": grpo.ClippedPGLossFn(dmpo.loss_fn),
         CONTROL: loss_module.ClippedPGLossFn(mmpo.loss_fn),
     }
-    assert type(losses["mmpo"]) is MMPOClippedPGLossFn and isinstance(losses["dmpo"], DMPOLossFn)
+    # the registered losses, checked at their first call in each worker (nemo_mmpo.contracts)
+    assert isinstance(losses["mmpo"], MMPOClippedPGLossFn) and isinstance(
+        losses["dmpo"], DMPOLossFn
+    )
+    assert not isinstance(losses["mmpo"], DMPOLossFn)
     assert type(losses[CONTROL]) is loss_module.ClippedPGLossFn
     assert tuple(losses) == LOSSES
     return losses, read_dmpo_settings(dmpo.loss_fn)
