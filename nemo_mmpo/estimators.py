@@ -132,7 +132,7 @@ def register_estimator(
     if existing is not None and _same_source(existing.source, estimator):
         return existing.function or estimator  # the same module imported again
     refuse_if_frozen("estimator", name)
-    origin = getattr(estimator, "__module__", None) or caller_module(2)
+    origin = getattr(estimator, "__module__", None) or caller_module()
     taken = {key: entry.registered_by for key, entry in _REGISTRY.items()}
     taken.update({key: "an estimator family" for key in estimator_families()})
     reserved = () if (nemo_rl_formula and family) else NEMO_RL_ESTIMATORS

@@ -102,7 +102,7 @@ def register_loss(
             options=options,
             needs_prev_logprobs=needs_prev_logprobs,
         )
-    origin = caller_module(2)
+    origin = caller_module()
     existing = _LOSSES.get(name)
     if existing is not None and registered_by(existing.loss_class) == registered_by(loss_class):
         return loss_class  # the same module imported again (a worker, a re-import)

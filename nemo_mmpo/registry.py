@@ -49,9 +49,9 @@ def registered_by(obj: Any) -> str:
     return f"{module}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
 
 
-def caller_module(depth: int = 2) -> str:
-    """The module that called the registration: the first frame outside the registries
-    (``depth`` is kept for callers; the registries' own frames are skipped)."""
+def caller_module() -> str:
+    """The module that called the registration: the first frame outside the registries'
+    functions (a registry module's own top level counts: the built-ins register there)."""
     frame = inspect.currentframe()
     while (
         frame is not None
@@ -80,14 +80,14 @@ def check_name(kind: str, name: Any, taken: dict[str, str], reserved: Iterable[s
     reserved = tuple(reserved)
     if name in reserved:
         raise MMPOInputError(
-            f"{register} from {caller_module(3)}: {name!r} is NeMo-RL's own {kind}, which "
+            f"{register} from {caller_module()}: {name!r} is NeMo-RL's own {kind}, which "
             "nemo-mmpo's hooks would shadow for every recipe: choose another name"
         )
     spelling = near_miss(name, [*taken, *reserved])
     if spelling is not None:
         owner = taken.get(spelling, "NeMo-RL")
         raise MMPOInputError(
-            f"{register} from {caller_module(3)}: {name!r} is too close to {spelling!r} "
+            f"{register} from {caller_module()}: {name!r} is too close to {spelling!r} "
             f"({owner}): a recipe's typo would select the other {kind} without a word; choose "
             "a name that differs more"
         )
@@ -98,7 +98,7 @@ def refuse_if_frozen(kind: str, name: str) -> None:
     single controller's actor would not see the late entry."""
     if _frozen_by:
         raise MMPOInputError(
-            f"register_{kind}({name!r}) from {caller_module(3)} after {_frozen_by[0]}: the "
+            f"register_{kind}({name!r}) from {caller_module()} after {_frozen_by[0]}: the "
             "hooks, the dry run and NeMo-RL's Ray workers read one registry, fixed when the "
             "run starts. Register in a module the recipe names (nemo_mmpo.plugins: [module]) "
             "or an installed package's 'nemo_mmpo.plugins' entry point"

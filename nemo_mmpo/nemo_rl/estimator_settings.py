@@ -51,11 +51,7 @@ def family_members(family: str | None = None) -> tuple[str, ...]:
     """Registered estimators chosen with ``name: <family>, estimator: <this>`` (the default
     family's when ``family`` is None), the family's default first."""
     family = default_family() if family is None else family
-    return tuple(name for name in _registration_order() if estimator_family(name) == family)
-
-
-def _registration_order() -> list[str]:
-    return registration_order()
+    return tuple(name for name in registration_order() if estimator_family(name) == family)
 
 
 def mmpo_formulas() -> tuple[str, ...]:
@@ -236,11 +232,7 @@ def _keys_read(settings: EstimatorSettings, transform: str) -> set[str]:
 
 def _reads_transform(name: str) -> bool:
     """Whether estimator ``name`` targets the moment objective, whose U transform it reads."""
-    return estimator_objective_kind(name) == _MOMENT_KIND
-
-
-#: the objective kind whose coefficients ``moment_transform`` changes (E[U^k])
-_MOMENT_KIND = TRANSFORM_KIND
+    return estimator_objective_kind(name) == TRANSFORM_KIND
 
 
 def _selected(name: str) -> str:

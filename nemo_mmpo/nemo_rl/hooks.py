@@ -103,7 +103,6 @@ class Hook:
 
 _TRAINERS = ("grpo_train", "async_grpo_train")
 SYNC, SINGLE = wrappers.SYNC_TRAINER, wrappers.SINGLE_CONTROLLER_TRAINER
-_no_terms = batch_terms_refused
 #: ``{module: {name: hook}}``; only the ``grpo`` module must exist.
 HOOKS: dict[str, dict[str, Hook]] = {
     GRPO: {
@@ -133,7 +132,9 @@ HOOKS: dict[str, dict[str, Hook]] = {
     GRPO_SYNC: {
         # grpo_train_sync never calls the penalties hook: a loss with per-batch terms refused
         "_create_advantage_estimator": Hook(
-            partial(wrappers.estimator_factory, problem=in_master_config(_no_terms(SYNC))),
+            partial(
+                wrappers.estimator_factory, problem=in_master_config(batch_terms_refused(SYNC))
+            ),
             ("master_config",),
             ("grpo_train_sync",),
             "estimator",
@@ -166,7 +167,7 @@ HOOKS: dict[str, dict[str, Hook]] = {
             follow_wrap=wrappers.single_controller_builder,
         ),
         "ClippedPGLossFn": Hook(
-            partial(wrappers.loss_factory, problem=_no_terms(SINGLE)),
+            partial(wrappers.loss_factory, problem=batch_terms_refused(SINGLE)),
             ("cfg",),
             ("setup_single_controller",),
             "loss",
